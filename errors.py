@@ -1,0 +1,62 @@
+"""kiln's exceptions.
+
+Every public entry point validates its input and raises one of these, naming the
+op, the argument, what was given and what was expected. Nothing from TVM's C++
+side is allowed to reach a user as a raw traceback: the runtime wraps it in
+``BuildError`` or ``RuntimeError_``.
+"""
+from __future__ import annotations
+
+
+class KilnError(Exception):
+    """Base class of every error kiln raises on purpose."""
+
+    def __init__(self, message: str, *, op: str | None = None, arg: str | None = None):
+        self.op = op
+        self.arg = arg
+        where = []
+        if op is not None:
+            where.append(f"op '{op}'")
+        if arg is not None:
+            where.append(f"argument '{arg}'")
+        prefix = ", ".join(where)
+        super().__init__(f"{prefix}: {message}" if prefix else message)
+
+
+class ShapeError(KilnError, ValueError):
+    """Input shapes that the op cannot accept (rank, broadcasting, sizes)."""
+
+
+class DTypeError(KilnError, TypeError):
+    """An input dtype the op does not support, or inputs whose dtypes disagree."""
+
+
+class AttrError(KilnError, ValueError):
+    """A missing, unknown or invalid op attribute."""
+
+
+class OpNotFoundError(KilnError, KeyError):
+    """No op is registered under the requested name."""
+
+    def __str__(self) -> str:  # KeyError would quote the message
+        return Exception.__str__(self)
+
+
+class TargetError(KilnError, ValueError):
+    """An unknown or unusable compilation target."""
+
+
+class ScheduleError(KilnError):
+    """A schedule template or config that cannot be applied to the op."""
+
+
+class BuildError(KilnError):
+    """TVM failed to compile a scheduled op."""
+
+
+class CacheError(KilnError):
+    """The kernel cache directory is unusable."""
+
+
+class KernelRuntimeError(KilnError, RuntimeError):
+    """A compiled kernel rejected its arguments or failed while running."""

@@ -1,0 +1,6 @@
+"""Targets, compilation through the kernel cache, and compiled kernels."""
+from .build import build
+from .device import Target, as_target, cpu, cuda
+from .kernel import Kernel
+
+__all__ = ["Kernel", "Target", "as_target", "build", "cpu", "cuda"]

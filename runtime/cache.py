@@ -1,0 +1,165 @@
+"""The kernel cache: memory, then disk, then compile.
+
+Key: (op, attrs, shapes, dtypes, target, config) plus the kiln and TVM
+versions, hashed with SHA-256. On disk each kernel is one shared library,
+``<cache_dir>/kernels/<key hash>.<content hash>.so``:
+
+* written atomically: exported to a temporary file in the same directory,
+  fsynced, then renamed, so a reader never sees a half-written file and two
+  processes writing the same kernel both leave a valid one;
+* content-hashed: the name carries the SHA-256 of the bytes, checked before
+  loading, so a truncated or corrupt file is detected, removed and rebuilt.
+
+The directory is created with mode 0700 (kernels are code that gets loaded).
+"""
+from __future__ import annotations
+
+import hashlib
+import json
+import logging
+import os
+import tempfile
+import threading
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import tvm
+
+from .. import config as kiln_config
+from ..errors import CacheError
+
+log = logging.getLogger("kiln.cache")
+VERSION = "0.1.0"
+
+
+@dataclass
+class CacheStats:
+    compiled: int = 0
+    memory_hits: int = 0
+    disk_hits: int = 0
+    disk_writes: int = 0
+    corrupt: int = 0
+    errors: list = field(default_factory=list)
+
+
+stats = CacheStats()
+_memory: dict[str, object] = {}
+_lock = threading.Lock()
+
+
+def key_of(op: str, attrs: dict, shapes, dtypes, target_key: str, config_key: str) -> str:
+    """SHA-256 of the canonical description of a kernel."""
+    desc = {
+        "op": op,
+        "attrs": {k: _plain(v) for k, v in sorted(attrs.items())},
+        "shapes": [[_plain(d) for d in s] for s in shapes],
+        "dtypes": list(dtypes),
+        "target": target_key,
+        "config": config_key,
+        "kiln": VERSION,
+        "tvm": tvm.__version__,
+    }
+    return hashlib.sha256(json.dumps(desc, sort_keys=True).encode()).hexdigest()
+
+
+def _plain(v):
+    if isinstance(v, (tuple, list)):
+        return [_plain(x) for x in v]
+    if isinstance(v, (int, float, str, bool)) or v is None:
+        return v
+    return f"sym:{v}"  # a symbolic dim, by name
+
+
+def kernel_dir() -> Path:
+    path = kiln_config.cache_dir() / "kernels"
+    try:
+        path.mkdir(parents=True, exist_ok=True, mode=0o700)
+        os.chmod(path.parent, 0o700)
+        os.chmod(path, 0o700)
+    except OSError as exc:
+        raise CacheError(f"cannot use cache directory {path}: {exc}", arg="KILN_CACHE_DIR") from exc
+    return path
+
+
+def get(key: str, load, build):
+    """The kernel for ``key``: from memory, else ``load(module)`` of a valid disk
+    entry, else ``build()`` — which returns ``(kernel, exportable)``, the
+    latter None for kernels that cannot be stored (CUDA source) — and store."""
+    with _lock:
+        if key in _memory:
+            stats.memory_hits += 1
+            return _memory[key]
+    kernel = None
+    if kiln_config.disk_cache_enabled():
+        module = _read(key)
+        if module is not None:
+            stats.disk_hits += 1
+            kernel = load(module)
+    if kernel is None:
+        kernel, exportable = build()
+        stats.compiled += 1
+        if exportable is not None and kiln_config.disk_cache_enabled():
+            _write(key, exportable)
+    with _lock:
+        return _memory.setdefault(key, kernel)
+
+
+def _read(key: str):
+    try:
+        folder = kernel_dir()
+    except Exception as exc:  # noqa: BLE001 - an unusable cache dir degrades to memory only
+        stats.errors.append(str(exc))
+        return None
+    for path in sorted(folder.glob(f"{key}.*.so")):
+        digest = path.name.split(".")[1]
+        try:
+            data = path.read_bytes()
+        except OSError:
+            continue
+        if hashlib.sha256(data).hexdigest()[:32] != digest:
+            stats.corrupt += 1
+            log.warning("kernel cache entry %s is corrupt or truncated; rebuilding it", path.name)
+            _unlink(path)
+            continue
+        try:
+            return tvm.runtime.load_module(str(path))
+        except Exception as exc:  # noqa: BLE001 - a valid hash but unloadable: rebuild
+            stats.corrupt += 1
+            log.warning("kernel cache entry %s does not load (%s); rebuilding it", path.name, exc)
+            _unlink(path)
+    return None
+
+
+def _write(key: str, exportable) -> None:
+    """Export to a temp file, fsync, rename to its content-hashed name."""
+    try:
+        folder = kernel_dir()
+        fd, tmp = tempfile.mkstemp(prefix=f".{key[:16]}-", suffix=".so", dir=folder)
+        os.close(fd)
+        try:
+            exportable.export_library(tmp)
+            with open(tmp, "rb") as f:
+                digest = hashlib.sha256(f.read()).hexdigest()[:32]
+                os.fsync(f.fileno())
+            os.replace(tmp, folder / f"{key}.{digest}.so")
+            stats.disk_writes += 1
+        finally:
+            _unlink(Path(tmp))
+    except Exception as exc:  # noqa: BLE001 - the kernel still works from memory
+        stats.errors.append(str(exc))
+        log.warning("could not write kernel cache entry: %s", exc)
+
+
+def _unlink(path: Path) -> None:
+    try:
+        path.unlink()
+    except FileNotFoundError:
+        pass
+    except OSError as exc:
+        log.warning("could not remove %s: %s", path, exc)
+
+
+def clear_memory() -> None:
+    """Forget in-memory kernels (the disk cache stays)."""
+    with _lock:
+        _memory.clear()

@@ -1,0 +1,95 @@
+"""Compilation targets: ``kiln.cpu()`` and ``kiln.cuda(arch=...)``.
+
+TVM 0.27 takes targets as dicts. ``mcpu=native`` silently builds generic code,
+so the CPU name is detected with ``llvm_get_system_cpu()``; the vector width
+comes from the CPU's features (AVX-512: 512 bits, AVX/AVX2: 256, else 128).
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+from functools import cached_property, lru_cache
+
+import tvm
+from tvm.target import codegen
+
+from ..config import num_threads
+from ..errors import TargetError
+
+CUDA_ARCHS = ("sm_70", "sm_75", "sm_80", "sm_86", "sm_89", "sm_90")
+
+
+@dataclass(frozen=True)
+class Target:
+    """A compilation target. ``kind`` is ``"cpu"`` or ``"cuda"``."""
+
+    kind: str
+    mcpu: str = ""
+    arch: str = ""
+
+    @cached_property
+    def tvm(self) -> tvm.target.Target:
+        if self.kind == "cpu":
+            return tvm.target.Target({"kind": "llvm", "mcpu": self.mcpu})
+        return tvm.target.Target({"kind": "cuda", "arch": self.arch})
+
+    @property
+    def key(self) -> str:
+        """Stable text naming the target in cache keys and records."""
+        return f"llvm -mcpu={self.mcpu}" if self.kind == "cpu" else f"cuda -arch={self.arch}"
+
+    @cached_property
+    def vector_bits(self) -> int:
+        if self.kind != "cpu":
+            return 128
+        has = lambda f: bool(codegen.llvm_cpu_has_features([f], self.tvm))  # noqa: E731
+        return 512 if has("avx512f") else 256 if has("avx") else 128
+
+    def lanes(self, dtype: str) -> int:
+        """Vector lanes for ``dtype`` (e.g. 16 float32 lanes with AVX-512)."""
+        bits = 8 if dtype == "bool" else int("".join(c for c in dtype if c.isdigit()) or 32)
+        return max(1, self.vector_bits // bits)
+
+    @property
+    def cores(self) -> int:
+        return num_threads() if self.kind == "cpu" else 1
+
+    def device(self):
+        """The TVM device kernels for this target run on."""
+        return tvm.cpu(0) if self.kind == "cpu" else tvm.cuda(0)
+
+    def __str__(self) -> str:
+        return self.key
+
+
+@lru_cache(maxsize=None)
+def cpu(mcpu: str | None = None) -> Target:
+    """The host CPU (its LLVM name detected), or the named ``mcpu``."""
+    name = mcpu or codegen.llvm_get_system_cpu()
+    if name in ("native", "generic", ""):
+        raise TargetError(f"got mcpu={name!r}, expected a CPU name such as 'znver3' (native builds generic code)",
+                          arg="mcpu")
+    return Target("cpu", mcpu=name)
+
+
+@lru_cache(maxsize=None)
+def cuda(arch: str = "sm_80") -> Target:
+    """An NVIDIA GPU of compute capability ``arch`` (e.g. ``"sm_80"``)."""
+    if arch not in CUDA_ARCHS:
+        raise TargetError(f"got {arch!r}, expected one of {', '.join(CUDA_ARCHS)}", arg="arch")
+    return Target("cuda", arch=arch)
+
+
+def as_target(target) -> Target:
+    """Accept a Target, None (the CPU), ``"cpu"``, ``"cuda"`` or ``"cuda:sm_90"``."""
+    if target is None:
+        return cpu()
+    if isinstance(target, Target):
+        return target
+    if isinstance(target, str):
+        kind, _, detail = target.partition(":")
+        if kind in ("cpu", "llvm"):
+            return cpu(detail or None)
+        if kind == "cuda":
+            return cuda(detail or "sm_80")
+    raise TargetError(f"got {target!r}, expected kiln.cpu(), kiln.cuda(arch), 'cpu' or 'cuda[:sm_XX]'",
+                      arg="target")

@@ -1,0 +1,132 @@
+"""A compiled op: call it on numpy arrays or device tensors, read its schedule
+and source, time it."""
+from __future__ import annotations
+
+from functools import cached_property
+
+import numpy as np
+import tvm
+
+from ..errors import DTypeError, KernelRuntimeError, ShapeError
+from ..te.shapes import is_static, shape_str, size, static
+
+
+class Kernel:
+    """One op compiled for one signature (shapes, dtypes, attrs, target, config)."""
+
+    def __init__(self, op, attrs, shapes, dtypes, out_dtypes, target, config, module, relower):
+        self.op = op
+        self.attrs = attrs
+        self.shapes = tuple(shapes)
+        self.dtypes = tuple(dtypes)
+        self.out_dtypes = tuple(out_dtypes)
+        self.target = target
+        self.config = dict(config)
+        self.module = module
+        self._relower = relower
+
+    # -- calling ------------------------------------------------------------------
+    @cached_property
+    def _func(self):
+        if not self.module.is_runnable():
+            raise KernelRuntimeError(f"kernels for {self.target} cannot run on this machine (no device); "
+                                     "use .source() or export it", op=self.op.name)
+        return self.module["main"]
+
+    def __call__(self, *args):
+        """Run on numpy arrays (returns numpy) or TVM tensors (returns TVM tensors)."""
+        if len(args) != len(self.shapes):
+            raise ShapeError(f"got {len(args)} argument(s), expected {len(self.shapes)}", op=self.op.name,
+                             arg="inputs")
+        as_numpy = any(not isinstance(a, tvm.runtime.Tensor) for a in args)
+        dev = self.target.device()
+        tensors = [self._to_device(i, a, dev) for i, a in enumerate(args)]
+        actual = [tuple(int(d) for d in t.shape) for t in tensors]
+        self._bind(actual)
+        outs = self._out_shapes(actual)
+        results = [tvm.runtime.empty(s, d, dev) for s, d in zip(outs, self.out_dtypes)]
+        if all(size(s) > 0 for s in outs):
+            try:
+                self._func(*tensors, *results)
+            except Exception as exc:  # noqa: BLE001 - TVM raises C++-backed errors
+                raise KernelRuntimeError(f"kernel failed: {str(exc).strip().splitlines()[-1][:300]}",
+                                         op=self.op.name) from exc
+        if as_numpy:
+            results = [r.numpy() for r in results]
+        return results[0] if len(results) == 1 else results
+
+    def _to_device(self, i, value, dev):
+        want = self.dtypes[i]
+        if isinstance(value, tvm.runtime.Tensor):
+            if str(value.dtype) != want:
+                raise DTypeError(f"got {value.dtype}, expected {want}", op=self.op.name, arg=f"input {i}")
+            return value
+        arr = np.asarray(value)
+        if str(arr.dtype) != want:
+            raise DTypeError(f"got {arr.dtype}, expected {want}", op=self.op.name, arg=f"input {i}")
+        return tvm.runtime.tensor(np.ascontiguousarray(arr), dev)
+
+    def _bind(self, actual):
+        """Check actual shapes against the signature; symbolic dims must agree."""
+        bound = {}
+        for i, (decl, got) in enumerate(zip(self.shapes, actual)):
+            ok = len(decl) == len(got)
+            for d, g in zip(decl, got) if ok else ():
+                if is_static(d):
+                    ok = ok and static(d) == g
+                else:
+                    ok = ok and bound.setdefault(str(d), g) == g
+            if not ok:
+                raise ShapeError(f"got {shape_str(got)}, expected {shape_str(decl)} (this kernel's signature)",
+                                 op=self.op.name, arg=f"input {i}")
+
+    def _out_shapes(self, actual):
+        shapes = self.op.infer_shape(*actual, **self.attrs)
+        shapes = [shapes] if self.op.num_outputs(**self.attrs) == 1 else shapes
+        return [tuple(int(static(d)) for d in s) for s in shapes]
+
+    # -- inspecting ---------------------------------------------------------------
+    @cached_property
+    def _lowered(self):
+        return self._relower()
+
+    def script(self) -> str:
+        """The scheduled function as TVMScript."""
+        return self._lowered.sch.mod.script()
+
+    def source(self) -> str:
+        """The generated code: LLVM IR for the CPU, CUDA C for GPUs."""
+        mods = [self.module] + list(self.module.imports)
+        for m in mods:
+            try:
+                text = m.inspect_source()
+            except Exception:  # noqa: BLE001 - a module kind with no source
+                continue
+            if text:
+                return text
+        return ""
+
+    @property
+    def template(self) -> str:
+        return self._lowered.template
+
+    def resolved_config(self) -> dict:
+        """Every knob the template declared, with the value this kernel used."""
+        return self._lowered.cfg.resolved()
+
+    def time(self, *args, number: int = 10, repeat: int = 5, min_repeat_ms: int = 50) -> dict:
+        """Seconds per call: ``{"mean", "median", "min", "max", "std", "results"}``."""
+        dev = self.target.device()
+        tensors = [self._to_device(i, a, dev) for i, a in enumerate(args)]
+        actual = [tuple(int(d) for d in t.shape) for t in tensors]
+        self._bind(actual)
+        outs = [tvm.runtime.empty(s, d, dev) for s, d in zip(self._out_shapes(actual), self.out_dtypes)]
+        timer = self.module.time_evaluator("main", dev, number=number, repeat=repeat, min_repeat_ms=min_repeat_ms)
+        res = timer(*tensors, *outs)
+        results = [float(r) for r in res.results]
+        return {"mean": res.mean, "median": res.median, "min": res.min, "max": res.max, "std": res.std,
+                "results": results}
+
+    def __repr__(self) -> str:
+        sig = ", ".join(f"{shape_str(s)}:{d}" for s, d in zip(self.shapes, self.dtypes))
+        return f"<kiln kernel {self.op.name}({sig}) on {self.target}>"

@@ -1,0 +1,142 @@
+"""Generic CPU templates: the fallbacks every op gets when no specific template
+matches. Injective blocks are fused, vectorized and run in parallel; reductions
+run parallel over their outputs and vectorized either across outputs (when the
+innermost output axis is long) or across a factored slice of the reduction.
+
+Knobs (names are prefixed with the block's name when a function has several):
+
+``vector``    lanes of the innermost vectorized loop (default: the target's
+              vector lanes for the dtype, 1 for short loops).
+``parallel``  1 to run the outer loop on the thread pool (default: when the
+              work is at least ``PARALLEL_MIN`` elements or unknown).
+``rfactor``   reductions only: 1 to vectorize a factored slice of the
+              reduction axis, 0 to vectorize across outputs.
+"""
+from __future__ import annotations
+
+from .config import Config
+from .dispatch import register_template
+from .util import block_name, blocks, const_int, extent, is_output, is_reduction, iter_kinds, try_inline
+
+#: below this many elements a parallel launch costs more than it saves.
+PARALLEL_MIN = 16384
+
+
+def _lanes(cfg: Config, sch, block) -> int:
+    dtype = sch.get(block).writes[0].source.dtype
+    return cfg.target.lanes(str(dtype))
+
+
+def _work(sch, loops):
+    total = 1
+    for loop in loops:
+        n = const_int(extent(sch, loop))
+        if n is None:
+            return None
+        total *= n
+    return total
+
+
+def schedule_injective(sch, block, cfg: Config, prefix: str = "") -> None:
+    """Fuse all loops, vectorize the inner ``vector`` lanes, parallelize the rest."""
+    loops = sch.get_loops(block)
+    if not loops:
+        return
+    lanes = _lanes(cfg, sch, block)
+    n = _work(sch, loops)
+    fused = sch.fuse(*loops) if len(loops) > 1 else loops[0]
+    vec = cfg.define_knob(prefix + "vector", (1, lanes, 2 * lanes, 4 * lanes),
+                          default=lanes if n is None or n >= lanes else 1)
+    par = cfg.define_knob(prefix + "parallel", (0, 1), default=int(n is None or n >= PARALLEL_MIN))
+    outer = fused
+    if vec > 1:
+        outer, inner = sch.split(fused, [None, vec])
+        sch.vectorize(inner)
+    if par:
+        sch.parallel(outer)
+
+
+def schedule_reduction(sch, block, cfg: Config, prefix: str = "") -> None:
+    """Parallel over outputs; vectorized across outputs or across a factored
+    slice of the (innermost) reduction axis."""
+    kinds = iter_kinds(sch, block)
+    loops = sch.get_loops(block)
+    spatial = [lp for lp, red in zip(loops, kinds) if not red]
+    reduce = [lp for lp, red in zip(loops, kinds) if red]
+    lanes = _lanes(cfg, sch, block)
+    n_out = _work(sch, spatial)
+    last_sp = const_int(extent(sch, spatial[-1])) if spatial else 1
+    red_n = _work(sch, reduce)
+    inner_reduce = bool(kinds) and kinds[-1]
+    use_rf = cfg.define_knob(prefix + "rfactor", (0, 1), default=int(
+        inner_reduce and red_n is not None and red_n >= 2 * lanes and red_n % lanes == 0
+        and (last_sp is not None and last_sp < lanes or not spatial)))
+    par = cfg.define_knob(prefix + "parallel", (0, 1), default=int(
+        bool(spatial) and (n_out is None or n_out * (red_n or 1) >= PARALLEL_MIN)))
+    if use_rf:
+        _rfactor(sch, block, spatial, reduce, lanes, par, cfg, prefix)
+    else:
+        _vectorize_outputs(sch, block, spatial, reduce, lanes, par, cfg, prefix)
+
+
+def _vectorize_outputs(sch, block, spatial, reduce, lanes, par, cfg, prefix):
+    """Loops [spatial..., last_outer, reduce..., last_inner]: each step of the
+    reduction updates a vector of adjacent outputs."""
+    if not spatial:
+        sch.decompose_reduction(block, reduce[0])
+        return
+    last = spatial[-1]
+    n_last = const_int(extent(sch, last))
+    vec = cfg.define_knob(prefix + "vector", (1, lanes, 2 * lanes),
+                          default=lanes if n_last is None or n_last >= lanes else 1)
+    if vec > 1:
+        last_o, last_i = sch.split(last, [None, vec])
+        sch.reorder(*spatial[:-1], last_o, *reduce, last_i)
+        outer = spatial[:-1] + [last_o]
+    else:
+        outer = spatial
+    fused = sch.fuse(*outer) if len(outer) > 1 else outer[0]
+    if reduce:
+        sch.decompose_reduction(block, reduce[0])
+    if vec > 1:
+        sch.vectorize(sch.get_loops(block)[-1])
+    if par:
+        sch.parallel(fused)
+
+
+def _rfactor(sch, block, spatial, reduce, lanes, par, cfg, prefix):
+    """Split the reduction into ``lanes`` partial results computed with vector
+    instructions, then combine them: the rfactor of the innermost slice."""
+    vec = cfg.define_knob(prefix + "vector", (lanes, 2 * lanes), default=lanes)
+    r = sch.fuse(*reduce) if len(reduce) > 1 else reduce[0]
+    _, r_inner = sch.split(r, [None, vec])
+    rf = sch.rfactor(r_inner, factor_axis=len(spatial))
+    # rf block loops: [spatial..., r_outer, r_inner] -> vectorize r_inner.
+    rf_loops = sch.get_loops(rf)
+    sch.reorder(*rf_loops[:-2], rf_loops[-2], rf_loops[-1])
+    out_loops = sch.get_loops(block)
+    if spatial:
+        fused = sch.fuse(*out_loops[:len(spatial)]) if len(spatial) > 1 else out_loops[0]
+        sch.compute_at(rf, fused)
+        if par:
+            sch.parallel(fused)
+    rf_loops = sch.get_loops(rf)
+    sch.decompose_reduction(rf, rf_loops[-2])
+    sch.vectorize(sch.get_loops(rf)[-1])
+
+
+@register_template("cpu", fallback=True)
+def schedule_auto(sch, block, cfg: Config) -> None:
+    """Any op: inline intermediate injective blocks, then schedule each remaining
+    block as a reduction or an injective loop nest."""
+    all_blocks = blocks(sch)
+    many = len(all_blocks) > 1
+    for b in all_blocks:
+        if not is_output(sch, b) and not is_reduction(sch, b):
+            try_inline(sch, b)
+    for b in blocks(sch):
+        prefix = block_name(sch, b) + "." if many else ""
+        if is_reduction(sch, b):
+            schedule_reduction(sch, b, cfg, prefix)
+        elif is_output(sch, b) or not try_inline(sch, b):
+            schedule_injective(sch, b, cfg, prefix)

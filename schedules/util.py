@@ -1,0 +1,69 @@
+"""Small helpers over ``tvm.s_tir.Schedule`` shared by the templates."""
+from __future__ import annotations
+
+from tvm import tirx
+
+from ..te.shapes import static
+
+REDUCE = 2  # tirx.IterVar.CommReduce
+
+
+def blocks(sch) -> list:
+    """Every block of the function except the root, in program order."""
+    root = sch.get_sblock("root") if _has_root(sch) else None
+    out = []
+    for child in sch.get_child_blocks(root) if root is not None else []:
+        out.append(child)
+    return out
+
+
+def _has_root(sch) -> bool:
+    try:
+        sch.get_sblock("root")
+        return True
+    except Exception:  # noqa: BLE001 - TVM raises a generic error for a missing block
+        return False
+
+
+def block_name(sch, block) -> str:
+    return sch.get(block).name_hint
+
+
+def is_reduction(sch, block) -> bool:
+    return any(int(iv.iter_type) == REDUCE for iv in sch.get(block).iter_vars)
+
+
+def iter_kinds(sch, block) -> list[bool]:
+    """For each block iter var: True when it is a reduction axis."""
+    return [int(iv.iter_type) == REDUCE for iv in sch.get(block).iter_vars]
+
+
+def extent(sch, loop):
+    """A loop's extent: an int when static, else the symbolic expression."""
+    return static(sch.get(loop).extent)
+
+
+def is_output(sch, block) -> bool:
+    """Whether the block writes a function output (no block reads what it writes)."""
+    return len(sch.get_consumers(block)) == 0
+
+
+def try_inline(sch, block) -> bool:
+    try:
+        sch.compute_inline(block)
+        return True
+    except Exception:  # noqa: BLE001 - not inlinable (e.g. reads itself); keep the block
+        return False
+
+
+def const_int(expr) -> int | None:
+    value = static(expr)
+    return value if isinstance(value, int) else None
+
+
+def pow2_floor(n: int) -> int:
+    return 1 << (max(1, n).bit_length() - 1)
+
+
+__all__ = ["blocks", "block_name", "is_reduction", "iter_kinds", "extent", "is_output", "try_inline",
+           "const_int", "pow2_floor", "tirx"]

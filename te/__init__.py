@@ -1,0 +1,10 @@
+"""Operators declared once, as TVM tensor expressions, with their shape, dtype
+and gradient rules. ``get_op(name)`` and ``list_ops()`` expose the registry."""
+from .attrs import Attr
+from .registry import Op, call, get_op, list_ops, register
+from .shapes import DTYPES, sym
+
+# Importing the op families registers their ops.
+from . import elementwise  # noqa: E402,F401
+
+__all__ = ["Attr", "DTYPES", "Op", "call", "get_op", "list_ops", "register", "sym"]

@@ -1,0 +1,395 @@
+"""Elementwise ops: unary math, binary ops with numpy broadcasting, comparisons,
+scalar variants and ``cast``.
+
+dtypes follow numpy: ``exp`` of an int32 array is float64, ``divide`` is true
+division, comparisons return bool, and a Python scalar does not widen an
+array's dtype (NEP 50).
+"""
+from __future__ import annotations
+
+import numpy as np
+from tvm import te, tirx
+
+from ..errors import AttrError
+from . import attrs as A
+from .grad import cast_like, unbroadcast
+from .registry import Op, call, get_op, register
+from .shapes import FLOATS, NUMERIC, broadcast_index, broadcast_shapes, dtype_of, float_of, result_type, size
+
+
+def _map(x, fn, name, dtype):
+    return te.compute(x.shape, lambda *i: fn(x(*i).astype(dtype)), name=name, tag="injective")
+
+
+class Unary(Op):
+    """``y = f(x)``; ``floating`` ops compute in float (int inputs give float64)."""
+
+    dtypes = NUMERIC
+    floating = False
+
+    def infer_shape(self, x):
+        return x
+
+    def infer_dtype(self, x):
+        return float_of(x) if self.floating else x
+
+    def compute(self, x):
+        return _map(x, self.expr, self.name, self.infer_dtype(dtype_of(x)))
+
+    def expr(self, v):
+        raise NotImplementedError
+
+
+@register
+class Negate(Unary):
+    name = "negate"
+    expr = staticmethod(lambda v: -v)
+    reference = staticmethod(np.negative)
+
+    def gradient(self, g, node):
+        return (call("negate", g),)
+
+
+@register
+class Abs(Unary):
+    name = "abs"
+    expr = staticmethod(tirx.abs)
+    reference = staticmethod(np.abs)
+
+    def gradient(self, g, node):
+        return (call("multiply", g, call("sign", node.inputs[0])),)
+
+
+@register
+class Sign(Unary):
+    name = "sign"
+    differentiable = False
+    reference = staticmethod(np.sign)
+
+    def expr(self, v):
+        zero, one = tirx.const(0, v.dtype), tirx.const(1, v.dtype)
+        return tirx.Select(v > zero, one, tirx.Select(v < zero, -one, zero))
+
+
+@register
+class Relu(Unary):
+    name = "relu"
+
+    def expr(self, v):
+        return tirx.max(v, tirx.const(0, v.dtype))
+
+    def reference(self, x):
+        return np.maximum(x, np.zeros((), x.dtype))
+
+    def gradient(self, g, node):
+        x = node.inputs[0]
+        return (call("multiply", g, cast_like(call("greater_scalar", x, scalar=0), g)),)
+
+
+@register
+class Exp(Unary):
+    name = "exp"
+    floating = True
+    expr = staticmethod(tirx.exp)
+    reference = staticmethod(np.exp)
+
+    def gradient(self, g, node):
+        return (call("multiply", g, node),)
+
+
+@register
+class Log(Unary):
+    name = "log"
+    floating = True
+    expr = staticmethod(tirx.log)
+    reference = staticmethod(np.log)
+
+    def gradient(self, g, node):
+        return (call("divide", g, node.inputs[0]),)
+
+
+@register
+class Sqrt(Unary):
+    name = "sqrt"
+    floating = True
+    expr = staticmethod(tirx.sqrt)
+    reference = staticmethod(np.sqrt)
+
+    def gradient(self, g, node):
+        return (call("divide", g, call("multiply_scalar", node, scalar=2.0)),)
+
+
+@register
+class Tanh(Unary):
+    name = "tanh"
+    floating = True
+    expr = staticmethod(tirx.tanh)
+    reference = staticmethod(np.tanh)
+
+    def gradient(self, g, node):
+        one_minus_sq = call("rsubtract_scalar", call("multiply", node, node), scalar=1.0)
+        return (call("multiply", g, one_minus_sq),)
+
+
+@register
+class Sigmoid(Unary):
+    name = "sigmoid"
+    floating = True
+
+    def expr(self, v):
+        one = tirx.const(1, v.dtype)
+        return one / (one + tirx.exp(-v))
+
+    def reference(self, x):
+        x = x.astype(float_of(str(x.dtype)))
+        return 1 / (1 + np.exp(-x))
+
+    def gradient(self, g, node):
+        return (call("multiply", g, call("multiply", node, call("rsubtract_scalar", node, scalar=1.0))),)
+
+
+@register
+class Cast(Op):
+    name = "cast"
+    attrs = {"dtype": A.Attr(A.dtype_name, doc="the output dtype")}
+
+    def infer_shape(self, x, dtype):
+        return x
+
+    def infer_dtype(self, x, dtype):
+        if dtype not in self.dtypes:
+            raise AttrError(f"got {dtype}, expected one of {', '.join(self.dtypes)}", op=self.name, arg="dtype")
+        return dtype
+
+    def compute(self, x, dtype):
+        if dtype == "bool":
+            return te.compute(x.shape, lambda *i: x(*i) != tirx.const(0, dtype_of(x)), name=self.name, tag="injective")
+        return _map(x, lambda v: v, self.name, dtype)
+
+    def reference(self, x, dtype):
+        return x.astype(dtype)
+
+    def gradient(self, g, node):
+        x = node.inputs[0]
+        return (call("cast", g, dtype=x.dtype) if x.dtype in FLOATS else None,)
+
+
+# -- binary ops with numpy broadcasting ---------------------------------------------
+class Binary(Op):
+    arity = 2
+    dtypes = NUMERIC
+
+    def infer_shape(self, a, b):
+        return broadcast_shapes(self.name, a, b)
+
+    def infer_dtype(self, a, b):
+        return result_type(a, b)
+
+    def compute(self, a, b):
+        shape = broadcast_shapes(self.name, tuple(a.shape), tuple(b.shape))
+        dt = self.infer_dtype(dtype_of(a), dtype_of(b))
+        work = self.work_dtype(dt, dtype_of(a), dtype_of(b))
+
+        def body(*i):
+            va = a(*broadcast_index(i, a.shape, len(shape))).astype(work)
+            vb = b(*broadcast_index(i, b.shape, len(shape))).astype(work)
+            return self.expr(va, vb)
+
+        return te.compute(shape, body, name=self.name, tag="injective")
+
+    def work_dtype(self, out, a, b):
+        return out
+
+    def flops(self, shapes, **attrs):
+        return float(size(broadcast_shapes(self.name, *shapes))) if all(
+            isinstance(size(s), int) for s in shapes) else 0.0
+
+
+@register
+class Add(Binary):
+    name = "add"
+    expr = staticmethod(lambda a, b: a + b)
+    reference = staticmethod(np.add)
+
+    def gradient(self, g, node):
+        a, b = node.inputs
+        return unbroadcast(g, a.shape), unbroadcast(g, b.shape)
+
+
+@register
+class Subtract(Binary):
+    name = "subtract"
+    expr = staticmethod(lambda a, b: a - b)
+    reference = staticmethod(np.subtract)
+
+    def gradient(self, g, node):
+        a, b = node.inputs
+        return unbroadcast(g, a.shape), unbroadcast(call("negate", g), b.shape)
+
+
+@register
+class Multiply(Binary):
+    name = "multiply"
+    expr = staticmethod(lambda a, b: a * b)
+    reference = staticmethod(np.multiply)
+
+    def gradient(self, g, node):
+        a, b = node.inputs
+        return unbroadcast(call("multiply", g, b), a.shape), unbroadcast(call("multiply", g, a), b.shape)
+
+
+@register
+class Divide(Binary):
+    name = "divide"
+    reference = staticmethod(np.true_divide)
+
+    def infer_dtype(self, a, b):
+        return float_of(result_type(a, b))
+
+    def expr(self, a, b):
+        return a / b
+
+    def gradient(self, g, node):
+        a, b = node.inputs
+        ga = call("divide", g, b)
+        gb = call("negate", call("divide", call("multiply", g, node), b))
+        return unbroadcast(ga, a.shape), unbroadcast(gb, b.shape)
+
+
+@register
+class Power(Binary):
+    name = "power"
+    dtypes = FLOATS
+    expr = staticmethod(tirx.power)
+    reference = staticmethod(np.power)
+
+    def gradient(self, g, node):
+        a, b = node.inputs
+        ga = call("multiply", g, call("multiply", b, call("power", a, call("add_scalar", b, scalar=-1.0))))
+        gb = call("multiply", g, call("multiply", node, call("log", a)))
+        return unbroadcast(ga, a.shape), unbroadcast(gb, b.shape)
+
+
+@register
+class Maximum(Binary):
+    name = "maximum"
+    expr = staticmethod(tirx.max)
+    reference = staticmethod(np.maximum)
+
+    def gradient(self, g, node):
+        a, b = node.inputs
+        mask = call("greater_equal", a, b)
+        ga = call("multiply", g, cast_like(mask, g))
+        gb = call("subtract", g, ga)
+        return unbroadcast(ga, a.shape), unbroadcast(gb, b.shape)
+
+
+class Compare(Binary):
+    dtypes = NUMERIC + ("bool",)
+    differentiable = False
+
+    def infer_dtype(self, a, b):
+        return "bool"
+
+    def work_dtype(self, out, a, b):
+        return result_type(a, b)
+
+
+@register
+class Equal(Compare):
+    name = "equal"
+    expr = staticmethod(lambda a, b: a == b)
+    reference = staticmethod(np.equal)
+
+
+@register
+class GreaterEqual(Compare):
+    name = "greater_equal"
+    expr = staticmethod(lambda a, b: a >= b)
+    reference = staticmethod(np.greater_equal)
+
+
+@register
+class Greater(Compare):
+    name = "greater"
+    expr = staticmethod(lambda a, b: a > b)
+    reference = staticmethod(np.greater)
+
+
+# -- scalar variants: the same math with a Python number as the second operand -------
+class ScalarOp(Op):
+    """``y = f(x, scalar)``: the math of the binary op ``binary``, with a Python
+    number as the second (or, reversed, the first) operand. The scalar follows
+    numpy's NEP 50 promotion: it does not widen the array's dtype."""
+
+    attrs = {"scalar": A.Attr(A.scalar, doc="the Python number operand")}
+    binary: str = ""
+    reverse: bool = False
+
+    @property
+    def _bin(self) -> Binary:
+        return get_op(self.binary)
+
+    def _work(self, x, scalar) -> str:
+        try:
+            return result_type(np.dtype(x), scalar)
+        except OverflowError:
+            raise AttrError(f"got {scalar!r}, which does not fit in {x}", op=self.name, arg="scalar") from None
+
+    def infer_shape(self, x, scalar):
+        return x
+
+    def infer_dtype(self, x, scalar):
+        work = self._work(x, scalar)
+        return self._bin.infer_dtype(work, work)
+
+    def compute(self, x, scalar):
+        out = self.infer_dtype(dtype_of(x), scalar)
+        work = self._work(dtype_of(x), scalar)
+        work = self._bin.work_dtype(out, work, work)
+        c = tirx.const(scalar, work)
+        if self.reverse:
+            body = lambda *i: self._bin.expr(c, x(*i).astype(work))  # noqa: E731
+        else:
+            body = lambda *i: self._bin.expr(x(*i).astype(work), c)  # noqa: E731
+        return te.compute(x.shape, body, name=self.name, tag="injective")
+
+    def reference(self, x, scalar):
+        return self._bin.reference(scalar, x) if self.reverse else self._bin.reference(x, scalar)
+
+
+def _scalar_op(binary: type[Binary], grad=None, *, reverse=False):
+    """Declare ``<binary>_scalar`` (or ``r<binary>_scalar``, the scalar first)."""
+    name = ("r" if reverse else "") + binary.name + "_scalar"
+    body = {"name": name, "binary": binary.name, "reverse": reverse, "dtypes": binary.dtypes,
+            "differentiable": grad is not None}
+    if grad is not None:
+        body["gradient"] = grad
+    return register(type(binary.__name__ + ("R" if reverse else "") + "Scalar", (ScalarOp,), body))
+
+
+def _same_grad(self, g, node):
+    return (g,)
+
+
+def _scalar_attr(node):
+    return node.attrs["scalar"]
+
+
+AddScalar = _scalar_op(Add, _same_grad)
+SubtractScalar = _scalar_op(Subtract, _same_grad)
+RSubtractScalar = _scalar_op(Subtract, lambda self, g, node: (call("negate", g),), reverse=True)
+MultiplyScalar = _scalar_op(Multiply, lambda self, g, node: (
+    call("multiply_scalar", g, scalar=_scalar_attr(node)),))
+DivideScalar = _scalar_op(Divide, lambda self, g, node: (
+    call("divide_scalar", g, scalar=_scalar_attr(node)),))
+RDivideScalar = _scalar_op(Divide, lambda self, g, node: (
+    call("negate", call("divide", call("multiply", g, node), node.inputs[0])),), reverse=True)
+PowerScalar = _scalar_op(Power, lambda self, g, node: (call("multiply", g, call(
+    "multiply_scalar", call("power_scalar", node.inputs[0], scalar=_scalar_attr(node) - 1),
+    scalar=_scalar_attr(node))),))
+MaximumScalar = _scalar_op(Maximum, lambda self, g, node: (call("multiply", g, cast_like(
+    call("greater_equal_scalar", node.inputs[0], scalar=_scalar_attr(node)), g)),))
+EqualScalar = _scalar_op(Equal)
+GreaterEqualScalar = _scalar_op(GreaterEqual)
+GreaterScalar = _scalar_op(Greater)

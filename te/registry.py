@@ -1,0 +1,170 @@
+"""The operator registry: each op is declared once, as one class.
+
+An op knows its attributes, its shape and dtype rules, its tensor expression
+(``compute``), its adjoint (``gradient``, written with other registered ops so
+gradients are graphs) and a numpy ``reference`` used by tests::
+
+    @register
+    class Exp(Op):
+        name = "exp"
+        def compute(self, x):
+            return te.compute(x.shape, lambda *i: tirx.exp(x(*i)), name="exp", tag="injective")
+        def gradient(self, out_grad, node):
+            return (call("multiply", out_grad, node),)
+        def reference(self, x):
+            return np.exp(x)
+
+``compute`` must name its output block after the op (the schedules find it by
+that name) and tag it with the op's ``family``.
+"""
+from __future__ import annotations
+
+from types import MappingProxyType
+from typing import Any, Mapping, Sequence
+
+from ..errors import AttrError, DTypeError, OpNotFoundError, ShapeError
+from .attrs import REQUIRED, Attr
+from .shapes import DTYPES, canonical, check_dtype, shape_str
+
+_REGISTRY: dict[str, "Op"] = {}
+
+
+class Op:
+    """Base class of every operator. Subclasses set the class attributes and
+    override the methods; ``check`` runs the whole validation."""
+
+    #: registered name (also the name of the output block).
+    name: str = ""
+    #: number of tensor inputs, or None for a variadic op (``stack``).
+    arity: int | None = 1
+    #: attributes: name -> Attr(parser, default, doc).
+    attrs: Mapping[str, Attr] = MappingProxyType({})
+    #: schedule family the generic templates dispatch on:
+    #: "injective", "reduction", "matmul", "conv2d", "pool", "softmax".
+    family: str = "injective"
+    #: dtypes each input may have.
+    dtypes: Sequence[str] = DTYPES
+    #: False for ops with no gradient (comparisons, integer outputs).
+    differentiable: bool = True
+
+    # -- declared per op ------------------------------------------------------
+    def infer_shape(self, *shapes, **attrs):
+        """Output shape (a tuple of dims), or a list of them for several outputs."""
+        raise NotImplementedError
+
+    def infer_dtype(self, *dtypes, **attrs):
+        """Output dtype; by default the first input's."""
+        return dtypes[0]
+
+    def compute(self, *inputs, **attrs):
+        """The TVM tensor expression: te.Tensor inputs -> te.Tensor (or a list)."""
+        raise NotImplementedError
+
+    def gradient(self, out_grad, node):
+        """Adjoints of the inputs (None where not differentiable). ``node`` is the
+        op's output value: ``node.inputs``, ``node.attrs``, ``node.shape``."""
+        raise NotImplementedError(f"op '{self.name}' has no gradient")
+
+    def reference(self, *arrays, **attrs):
+        """numpy implementation used by tests."""
+        raise NotImplementedError
+
+    def num_outputs(self, **attrs) -> int:
+        return 1
+
+    def flops(self, shapes, **attrs) -> float:
+        """Floating-point operations of one call (for GFLOPS); 0 = memory-bound."""
+        return 0.0
+
+    # -- shared machinery -----------------------------------------------------
+    def parse_attrs(self, attrs: Mapping[str, Any] | None = None) -> dict:
+        """Validated attributes in canonical form, defaults filled in."""
+        attrs = dict(attrs or {})
+        unknown = sorted(set(attrs) - set(self.attrs))
+        if unknown:
+            known = ", ".join(sorted(self.attrs)) or "none"
+            raise AttrError(f"unknown attribute(s) {unknown}; this op takes: {known}", op=self.name,
+                            arg=unknown[0])
+        out = {}
+        for key, spec in self.attrs.items():
+            if key in attrs:
+                out[key] = spec.parse(self.name, key, attrs[key])
+            elif spec.default is REQUIRED:
+                raise AttrError("is required", op=self.name, arg=key)
+            else:
+                out[key] = spec.default
+        return out
+
+    def check(self, shapes: Sequence, dtypes: Sequence[str], attrs: Mapping[str, Any] | None = None):
+        """Validate a call; return ``(attrs, out_shapes, out_dtypes)`` as lists.
+
+        Raises ShapeError / DTypeError / AttrError naming the op and argument.
+        """
+        if self.arity is not None and len(shapes) != self.arity:
+            raise ShapeError(f"got {len(shapes)} input(s), expected {self.arity}", op=self.name, arg="inputs")
+        if self.arity is None and len(shapes) == 0:
+            raise ShapeError("got no inputs, expected at least one", op=self.name, arg="inputs")
+        if len(dtypes) != len(shapes):
+            raise DTypeError(f"got {len(dtypes)} dtype(s) for {len(shapes)} input(s)", op=self.name, arg="dtypes")
+        shapes = [canonical(s, self.name, f"input {i}") for i, s in enumerate(shapes)]
+        dtypes = [str(d) for d in dtypes]
+        for i, d in enumerate(dtypes):
+            check_dtype(self.name, d, self.dtypes, arg=f"input {i} dtype")
+        attrs = self.parse_attrs(attrs)
+        out_shapes = self.infer_shape(*shapes, **attrs)
+        out_dtypes = self.infer_dtype(*dtypes, **attrs)
+        if self.num_outputs(**attrs) == 1:
+            out_shapes, out_dtypes = [out_shapes], [out_dtypes]
+        elif isinstance(out_dtypes, str):
+            out_dtypes = [out_dtypes] * len(out_shapes)
+        return attrs, [canonical(s, self.name, "output") for s in out_shapes], list(out_dtypes)
+
+    def __repr__(self) -> str:
+        return f"<kiln op {self.name} ({self.family})>"
+
+
+def register(cls: type[Op]) -> type[Op]:
+    """Class decorator: instantiate and register an op under ``cls.name``."""
+    op = cls()
+    if not op.name:
+        raise AttrError("an op needs a name", op=cls.__name__, arg="name")
+    if op.name in _REGISTRY:
+        raise AttrError("is already registered", op=op.name, arg="name")
+    _REGISTRY[op.name] = op
+    return cls
+
+
+def get_op(name: str) -> Op:
+    """The registered op called ``name``."""
+    if isinstance(name, Op):
+        return name
+    try:
+        return _REGISTRY[name]
+    except (KeyError, TypeError):
+        close = [n for n in _REGISTRY if isinstance(name, str) and (name in n or n in name)]
+        hint = f"; did you mean {', '.join(close)}?" if close else "; `kiln ops` lists them"
+        raise OpNotFoundError(f"no op named {name!r}{hint}", op=str(name)) from None
+
+
+def list_ops() -> list[str]:
+    """Names of all registered ops, sorted."""
+    return sorted(_REGISTRY)
+
+
+def call(name: str, *inputs, **attrs):
+    """Apply the registered op ``name`` to values of an evaluation backend.
+
+    Gradients are written with ``call`` so they stay graphs of registered ops.
+    The backend is the type of the first input that has ``_kiln_apply`` — the
+    autograd ``Tensor``, or the test suite's eager evaluator.
+    """
+    op = get_op(name)
+    for value in inputs:
+        apply = getattr(type(value), "_kiln_apply", None)
+        if apply is not None:
+            return apply(op, inputs, attrs)
+    raise ShapeError("no input is a kiln value (a Tensor)", op=name, arg="inputs")
+
+
+def describe(shapes, dtypes) -> str:
+    return ", ".join(f"{shape_str(s)}:{d}" for s, d in zip(shapes, dtypes))

@@ -1,0 +1,150 @@
+"""Shapes, dims and dtypes: the rules every op's ``infer_shape``/``infer_dtype`` use.
+
+A dim is an ``int`` or a symbolic TVM expression (``tvm.tirx.Var``), so one
+compiled kernel can serve every size of that dim (see ``sym``).
+"""
+from __future__ import annotations
+
+import numbers
+from typing import Iterable, Sequence
+
+import numpy as np
+from tvm import tirx
+
+from ..errors import DTypeError, ShapeError
+
+Dim = "int | tirx.Expr"
+Shape = tuple
+
+#: dtypes kiln kernels accept and produce.
+DTYPES = ("float32", "float64", "int32", "int64", "bool")
+FLOATS = ("float32", "float64")
+INTS = ("int32", "int64")
+NUMERIC = FLOATS + INTS
+
+
+def sym(name: str) -> tirx.Var:
+    """A symbolic dim, e.g. ``kiln.te.sym("n")`` for a batch of any size."""
+    return tirx.Var(name, "int32")
+
+
+def is_static(dim) -> bool:
+    return isinstance(dim, numbers.Integral) or isinstance(dim, tirx.IntImm)
+
+
+def static(dim):
+    """``dim`` as a Python int when it is constant, else unchanged."""
+    if isinstance(dim, tirx.IntImm):
+        return int(dim.value)
+    if isinstance(dim, numbers.Integral):
+        return int(dim)
+    return dim
+
+
+def canonical(shape: Iterable, op: str = "?", arg: str = "shape") -> Shape:
+    """A tuple of dims (ints >= 0 or symbolic expressions)."""
+    try:
+        dims = tuple(static(d) for d in shape)
+    except TypeError:
+        raise ShapeError(f"got {shape!r}, expected a sequence of dims", op=op, arg=arg) from None
+    for d in dims:
+        if isinstance(d, bool) or (isinstance(d, int) and d < 0):
+            raise ShapeError(f"got {shape!r}, expected dims >= 0", op=op, arg=arg)
+        if not isinstance(d, (int, tirx.Expr)):
+            raise ShapeError(f"got {shape!r}, expected ints or symbolic dims", op=op, arg=arg)
+    return dims
+
+
+def same_dim(a, b) -> bool:
+    if is_static(a) and is_static(b):
+        return static(a) == static(b)
+    if is_static(a) or is_static(b):
+        return False
+    return a.same_as(b) or str(a) == str(b)
+
+
+def size(shape: Sequence):
+    """Product of dims (an int when all are static)."""
+    total = 1
+    for d in shape:
+        total = total * static(d)
+    return total
+
+
+def shape_str(shape: Sequence) -> str:
+    return "(" + ", ".join(str(static(d)) for d in shape) + ("," if len(shape) == 1 else "") + ")"
+
+
+def broadcast_shapes(op: str, *shapes: Shape) -> Shape:
+    """numpy broadcasting. Two symbolic dims broadcast only when identical; a
+    symbolic dim against 1 keeps the symbolic dim."""
+    ndim = max((len(s) for s in shapes), default=0)
+    out = []
+    for i in range(ndim):
+        dim = 1
+        for s in shapes:
+            j = i - (ndim - len(s))
+            if j < 0:
+                continue
+            d = static(s[j])
+            if is_static(d) and d == 1:
+                continue
+            if is_static(dim) and dim == 1:
+                dim = d
+            elif not same_dim(dim, d):
+                given = " and ".join(shape_str(x) for x in shapes)
+                raise ShapeError(f"cannot broadcast {given}", op=op, arg="shapes")
+        out.append(dim)
+    return tuple(out)
+
+
+def broadcast_index(indices: Sequence, in_shape: Shape, out_ndim: int) -> list:
+    """Index into an input of ``in_shape`` from output ``indices`` (numpy broadcasting)."""
+    lead = out_ndim - len(in_shape)
+    return [0 if is_static(d) and static(d) == 1 else indices[lead + k] for k, d in enumerate(in_shape)]
+
+
+def normalize_axes(op: str, axes, ndim: int, arg: str = "axis") -> tuple[int, ...]:
+    """Axes made non-negative and sorted; None means all axes."""
+    if axes is None:
+        return tuple(range(ndim))
+    out = []
+    for a in axes:
+        if not -ndim <= a < ndim:
+            raise ShapeError(f"axis {a} is out of range for an input of rank {ndim}", op=op, arg=arg)
+        a = a % ndim
+        if a in out:
+            raise ShapeError(f"axis {a} is repeated in {tuple(axes)}", op=op, arg=arg)
+        out.append(a)
+    return tuple(sorted(out))
+
+
+def normalize_axis(op: str, axis: int, ndim: int, arg: str = "axis") -> int:
+    if not -ndim <= axis < ndim:
+        raise ShapeError(f"axis {axis} is out of range for an input of rank {ndim}", op=op, arg=arg)
+    return axis % ndim
+
+
+def check_dtype(op: str, dtype: str, allowed: Sequence[str], arg: str = "dtype") -> str:
+    if dtype not in allowed:
+        raise DTypeError(f"got {dtype}, expected one of {', '.join(allowed)}", op=op, arg=arg)
+    return dtype
+
+
+def result_type(*dtypes_or_scalars) -> str:
+    """numpy's promotion (NEP 50: a Python scalar does not widen an array's dtype).
+
+    Python ints are treated as 64-bit, never as unsigned: kiln has no unsigned dtypes.
+    """
+    args = [a if isinstance(a, (bool, int, float)) else np.dtype(str(a)) for a in dtypes_or_scalars]
+    return str(np.result_type(*args))
+
+
+def dtype_of(tensor) -> str:
+    """A TVM tensor's dtype as a numpy-style name."""
+    return str(tensor.dtype)
+
+
+def float_of(dtype: str) -> str:
+    """The floating dtype numpy computes ``exp``/``sqrt``/``/`` of ``dtype`` in."""
+    return dtype if dtype in FLOATS else "float64"
