@@ -67,7 +67,7 @@ class Sign(Unary):
     reference = staticmethod(np.sign)
 
     def expr(self, v):
-        zero, one = tirx.const(0, v.dtype), tirx.const(1, v.dtype)
+        zero, one = tirx.const(0, dtype_of(v)), tirx.const(1, dtype_of(v))
         return tirx.Select(v > zero, one, tirx.Select(v < zero, -one, zero))
 
 
@@ -76,7 +76,7 @@ class Relu(Unary):
     name = "relu"
 
     def expr(self, v):
-        return tirx.max(v, tirx.const(0, v.dtype))
+        return tirx.max(v, tirx.const(0, dtype_of(v)))
 
     def reference(self, x):
         return np.maximum(x, np.zeros((), x.dtype))
@@ -137,7 +137,7 @@ class Sigmoid(Unary):
     floating = True
 
     def expr(self, v):
-        one = tirx.const(1, v.dtype)
+        one = tirx.const(1, dtype_of(v))
         return one / (one + tirx.exp(-v))
 
     def reference(self, x):

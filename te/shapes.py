@@ -140,9 +140,10 @@ def result_type(*dtypes_or_scalars) -> str:
     return str(np.result_type(*args))
 
 
-def dtype_of(tensor) -> str:
-    """A TVM tensor's dtype as a numpy-style name."""
-    return str(tensor.dtype)
+def dtype_of(value) -> str:
+    """The dtype of a TVM tensor or expression, as a numpy-style name."""
+    dtype = getattr(value, "dtype", None)
+    return str(dtype if dtype is not None else value.ty)
 
 
 def float_of(dtype: str) -> str:

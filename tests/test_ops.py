@@ -1,0 +1,32 @@
+"""The table-driven op test: every registered op, several shapes and dtypes —
+``infer_shape``/``infer_dtype`` agree with the compiled kernel, the kernel
+agrees with the numpy reference, and ``gradient`` agrees with central
+differences (float64)."""
+import pytest
+
+from kiln.te import get_op, list_ops
+
+from cases import CASES
+from helpers import check_forward, gradient_check
+
+GRAD_CASES = [c for c in CASES if c.grad and get_op(c.op).differentiable]
+
+
+def test_every_op_has_cases():
+    covered = {c.op for c in CASES}
+    assert set(list_ops()) - covered == set(), "ops with no test case"
+
+
+def test_every_differentiable_op_has_gradient_cases():
+    differentiable = {n for n in list_ops() if get_op(n).differentiable}
+    assert differentiable - {c.op for c in GRAD_CASES} == set(), "differentiable ops never gradient-checked"
+
+
+@pytest.mark.parametrize("case", CASES, ids=str)
+def test_forward_matches_numpy(case):
+    check_forward(case)
+
+
+@pytest.mark.parametrize("case", GRAD_CASES, ids=str)
+def test_gradient_matches_central_differences(case):
+    gradient_check(case)
