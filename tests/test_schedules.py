@@ -1,0 +1,70 @@
+"""Knob configs and template dispatch."""
+import json
+
+import numpy as np
+import pytest
+
+import kiln
+from kiln.errors import ScheduleError
+from kiln.schedules import Config, config_key, lookup
+from kiln.schedules.config import Split, clamp_factors
+from kiln.schedules.dispatch import _BY_OP, register_template
+from kiln.te import get_op
+
+
+def test_defaults_are_used_when_no_values_are_given():
+    cfg = Config(kiln.cpu())
+    assert cfg.is_fallback
+    assert cfg.define_split("tile", 100, parts=3, default=(4, 8)) == (4, 8)
+    assert cfg.define_knob("unroll", (0, 1), default=1) == 1
+    assert cfg.resolved() == {"tile": (4, 8), "unroll": 1}
+
+
+def test_given_values_override_defaults_and_are_validated():
+    cfg = Config(kiln.cpu(), {"tile": [5, 2], "unroll": 0})
+    assert cfg.define_split("tile", 100, parts=3, default=(4, 8)) == (5, 2)
+    assert cfg.define_knob("unroll", (0, 1), default=1) == 0
+    with pytest.raises(ScheduleError, match="more than the extent"):
+        Config(kiln.cpu(), {"t": [64, 64]}).define_split("t", 100, parts=3)
+    with pytest.raises(ScheduleError, match="expected one of"):
+        Config(kiln.cpu(), {"k": 7}).define_knob("k", (0, 1))
+    with pytest.raises(ScheduleError, match="positive integer"):
+        Config(kiln.cpu(), {"t": [0]}).define_split("t", 10)
+
+
+def test_unknown_knobs_are_rejected():
+    cfg = Config(kiln.cpu(), {"typo": 1})
+    cfg.define_knob("unroll", (0, 1))
+    with pytest.raises(ScheduleError, match="unknown knob"):
+        cfg.check_known()
+
+
+def test_defaults_shrink_to_small_extents_and_candidates_include_tails():
+    assert clamp_factors((8, 16), 20) == (1, 16)
+    split = Split(extent=12, parts=2, default=(4,))
+    assert {1, 2, 3, 4, 6, 8, 12} <= set(split.candidates())
+
+
+def test_config_key_is_canonical_json():
+    assert config_key({"b": (1, 2), "a": 3}) == config_key({"a": 3, "b": [1, 2]})
+    assert json.loads(config_key({"b": (1, 2)})) == {"b": [1, 2]}
+
+
+def test_dispatch_prefers_op_then_family_then_fallback():
+    add = get_op("add")
+    assert lookup(add, "cpu").__name__ == "schedule_auto"
+    marker = register_template("cpu", ops=("add",))(lambda sch, block, cfg: None)
+    try:
+        assert lookup(add, "cpu") is marker
+    finally:
+        del _BY_OP[("add", "cpu")]
+    with pytest.raises(ScheduleError, match="no schedule template"):
+        lookup(add, "no-such-target")
+
+
+def test_a_config_changes_the_schedule_and_keeps_the_result():
+    x = np.random.default_rng(0).random((300, 70)).astype("float32")
+    default = kiln.build("exp", [x.shape])
+    serial = kiln.build("exp", [x.shape], config={"vector": 1, "parallel": 0})
+    assert "T.vectorized" in default.script() and "T.vectorized" not in serial.script()
+    np.testing.assert_allclose(serial(x), default(x), rtol=1e-6)
