@@ -64,7 +64,7 @@ class Kernel:
         arr = np.asarray(value)
         if str(arr.dtype) != want:
             raise DTypeError(f"got {arr.dtype}, expected {want}", op=self.op.name, arg=f"input {i}")
-        return tvm.runtime.tensor(np.ascontiguousarray(arr), dev)
+        return tvm.runtime.tensor(arr if arr.flags.c_contiguous else arr.copy(order="C"), dev)
 
     def _bind(self, actual):
         """Check actual shapes against the signature; symbolic dims must agree."""

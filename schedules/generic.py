@@ -89,40 +89,40 @@ def _vectorize_outputs(sch, block, spatial, reduce, lanes, par, cfg, prefix):
     n_last = const_int(extent(sch, last))
     vec = cfg.define_knob(prefix + "vector", (1, lanes, 2 * lanes),
                           default=lanes if n_last is None or n_last >= lanes else 1)
+    outer = spatial
     if vec > 1:
         last_o, last_i = sch.split(last, [None, vec])
         sch.reorder(*spatial[:-1], last_o, *reduce, last_i)
         outer = spatial[:-1] + [last_o]
-    else:
-        outer = spatial
+        # TVM only vectorizes a reduction's loop while the block still has its
+        # init, so vectorize before decompose_reduction.
+        sch.vectorize(last_i)
     fused = sch.fuse(*outer) if len(outer) > 1 else outer[0]
-    if reduce:
-        sch.decompose_reduction(block, reduce[0])
-    if vec > 1:
-        sch.vectorize(sch.get_loops(block)[-1])
     if par:
         sch.parallel(fused)
+    if reduce:
+        sch.decompose_reduction(block, sch.get_loops(block)[1])
 
 
 def _rfactor(sch, block, spatial, reduce, lanes, par, cfg, prefix):
-    """Split the reduction into ``lanes`` partial results computed with vector
+    """Split the reduction into ``vector`` partial results computed with vector
     instructions, then combine them: the rfactor of the innermost slice."""
     vec = cfg.define_knob(prefix + "vector", (lanes, 2 * lanes), default=lanes)
     r = sch.fuse(*reduce) if len(reduce) > 1 else reduce[0]
     _, r_inner = sch.split(r, [None, vec])
     rf = sch.rfactor(r_inner, factor_axis=len(spatial))
-    # rf block loops: [spatial..., r_outer, r_inner] -> vectorize r_inner.
-    rf_loops = sch.get_loops(rf)
-    sch.reorder(*rf_loops[:-2], rf_loops[-2], rf_loops[-1])
     out_loops = sch.get_loops(block)
     if spatial:
         fused = sch.fuse(*out_loops[:len(spatial)]) if len(spatial) > 1 else out_loops[0]
         sch.compute_at(rf, fused)
         if par:
             sch.parallel(fused)
+    # rf block loops: [(fused spatial), r_outer, r_inner]: r_inner holds the partial sums.
     rf_loops = sch.get_loops(rf)
-    sch.decompose_reduction(rf, rf_loops[-2])
-    sch.vectorize(sch.get_loops(rf)[-1])
+    r_outer, r_vec = rf_loops[-2], rf_loops[-1]
+    sch.reorder(r_outer, r_vec)
+    sch.vectorize(r_vec)
+    sch.decompose_reduction(rf, r_outer)
 
 
 @register_template("cpu", fallback=True)
