@@ -68,9 +68,11 @@ def schedule_reduction(sch, block, cfg: Config, prefix: str = "") -> None:
     last_sp = const_int(extent(sch, spatial[-1])) if spatial else 1
     red_n = _work(sch, reduce)
     inner_reduce = bool(kinds) and kinds[-1]
+    # rfactor needs an output axis to hang the partial results on (TVM cannot
+    # rfactor into a 0-d output).
     use_rf = cfg.define_knob(prefix + "rfactor", (0, 1), default=int(
-        inner_reduce and red_n is not None and red_n >= 2 * lanes and red_n % lanes == 0
-        and (last_sp is not None and last_sp < lanes or not spatial)))
+        inner_reduce and bool(spatial) and red_n is not None and red_n >= 2 * lanes and red_n % lanes == 0
+        and last_sp is not None and last_sp < lanes)) if spatial else 0
     par = cfg.define_knob(prefix + "parallel", (0, 1), default=int(
         bool(spatial) and (n_out is None or n_out * (red_n or 1) >= PARALLEL_MIN)))
     if use_rf:
