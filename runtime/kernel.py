@@ -53,7 +53,7 @@ class Kernel:
                                          op=self.op.name) from exc
         if as_numpy:
             results = [r.numpy() for r in results]
-        return results[0] if len(results) == 1 else results
+        return results if self.op.multi_output else results[0]
 
     def _to_device(self, i, value, dev):
         want = self.dtypes[i]
@@ -82,7 +82,7 @@ class Kernel:
 
     def _out_shapes(self, actual):
         shapes = self.op.infer_shape(*actual, **self.attrs)
-        shapes = [shapes] if self.op.num_outputs(**self.attrs) == 1 else shapes
+        shapes = shapes if self.op.multi_output else [shapes]
         return [tuple(int(static(d)) for d in s) for s in shapes]
 
     # -- inspecting ---------------------------------------------------------------

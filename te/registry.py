@@ -46,6 +46,8 @@ class Op:
     dtypes: Sequence[str] = DTYPES
     #: False for ops with no gradient (comparisons, integer outputs).
     differentiable: bool = True
+    #: True for ops that return a list of outputs (``split``), however many.
+    multi_output: bool = False
 
     # -- declared per op ------------------------------------------------------
     def infer_shape(self, *shapes, **attrs):
@@ -68,9 +70,6 @@ class Op:
     def reference(self, *arrays, **attrs):
         """numpy implementation used by tests."""
         raise NotImplementedError
-
-    def num_outputs(self, **attrs) -> int:
-        return 1
 
     def flops(self, shapes, **attrs) -> float:
         """Floating-point operations of one call (for GFLOPS); 0 = memory-bound."""
@@ -113,7 +112,7 @@ class Op:
         attrs = self.parse_attrs(attrs)
         out_shapes = self.infer_shape(*shapes, **attrs)
         out_dtypes = self.infer_dtype(*dtypes, **attrs)
-        if self.num_outputs(**attrs) == 1:
+        if not self.multi_output:
             out_shapes, out_dtypes = [out_shapes], [out_dtypes]
         elif isinstance(out_dtypes, str):
             out_dtypes = [out_dtypes] * len(out_shapes)

@@ -12,7 +12,8 @@ from ..errors import ShapeError
 from . import attrs as A
 from .grad import unbroadcast
 from .registry import Op, call, register
-from .shapes import broadcast_index, broadcast_shapes, canonical, is_static, shape_str, size, static
+from .shapes import (broadcast_index, broadcast_shapes, canonical, dtype_of, is_static, normalize_axes, shape_str,
+                     size, static)
 
 
 def _int_shape(op: str, name: str, value):
@@ -99,3 +100,167 @@ class BroadcastTo(Op):
 
     def gradient(self, g, node):
         return (unbroadcast(g, node.inputs[0].shape),)
+
+
+def _perm(op: str, name: str, value):
+    return None if value is None else A.int_tuple()(op, name, value)
+
+
+@register
+class Transpose(Op):
+    """numpy's transpose: ``axes`` None reverses the axes, else a permutation."""
+
+    name = "transpose"
+    attrs = {"axes": A.Attr(_perm, default=None, doc="a permutation of the axes (None: reverse)")}
+
+    def perm(self, ndim, axes):
+        if axes is None:
+            return tuple(reversed(range(ndim)))
+        norm = [a % ndim if -ndim <= a < ndim else None for a in axes]
+        if len(axes) != ndim or None in norm or sorted(norm) != list(range(ndim)):
+            raise ShapeError(f"got {axes}, expected a permutation of {ndim} axes", op=self.name, arg="axes")
+        return tuple(norm)
+
+    def infer_shape(self, x, axes):
+        return tuple(x[a] for a in self.perm(len(x), axes))
+
+    def compute(self, x, axes):
+        perm = self.perm(len(x.shape), axes)
+        inv = [perm.index(k) for k in range(len(perm))]
+        return te.compute(self.infer_shape(tuple(x.shape), axes), lambda *i: x(*[i[inv[k]] for k in range(len(inv))]),
+                          name=self.name, tag="injective")
+
+    def reference(self, x, axes):
+        return np.transpose(x, axes)
+
+    def gradient(self, g, node):
+        perm = self.perm(len(node.inputs[0].shape), node.attrs["axes"])
+        return (call("transpose", g, axes=tuple(perm.index(k) for k in range(len(perm)))),)
+
+
+@register
+class Flip(Op):
+    name = "flip"
+    attrs = {"axis": A.Attr(A.axes, default=None, doc="axes to reverse (None: all)")}
+
+    def infer_shape(self, x, axis):
+        normalize_axes(self.name, axis, len(x))
+        return x
+
+    def compute(self, x, axis):
+        axes = normalize_axes(self.name, axis, len(x.shape))
+        return te.compute(x.shape, lambda *i: x(*[x.shape[k] - 1 - v if k in axes else v for k, v in enumerate(i)]),
+                          name=self.name, tag="injective")
+
+    def reference(self, x, axis):
+        return np.flip(x, axis)
+
+    def gradient(self, g, node):
+        return (call("flip", g, axis=node.attrs["axis"]),)
+
+
+def _pad_width(op: str, name: str, value):
+    pairs = value if isinstance(value, (tuple, list)) else None
+    if pairs is None or not all(isinstance(p, (tuple, list)) and len(p) == 2 for p in pairs):
+        raise A.AttrError(f"got {value!r}, expected ((before, after), ...) per axis", op=op, arg=name)
+    return tuple(A.int_tuple(2, minimum=0)(op, name, p) for p in pairs)
+
+
+@register
+class Pad(Op):
+    name = "pad"
+    attrs = {"pad_width": A.Attr(_pad_width, doc="((before, after), ...) for every axis"),
+             "value": A.Attr(A.scalar, default=0, doc="the constant written in the padding")}
+
+    def infer_shape(self, x, pad_width, value):
+        if len(pad_width) != len(x):
+            raise ShapeError(f"got {len(pad_width)} (before, after) pairs for an input of rank {len(x)}",
+                             op=self.name, arg="pad_width")
+        return tuple(d + lo + hi for d, (lo, hi) in zip(x, pad_width))
+
+    def compute(self, x, pad_width, value):
+        out = self.infer_shape(tuple(x.shape), pad_width, value)
+        fill = tirx.const(value, dtype_of(x))
+
+        def body(*i):
+            inside = [tirx.all(v >= lo, v < lo + d) for v, (lo, hi), d in zip(i, pad_width, x.shape) if lo or hi]
+            src = x(*[v - lo for v, (lo, _) in zip(i, pad_width)])
+            return tirx.if_then_else(tirx.all(*inside), src, fill) if inside else src
+
+        return te.compute(out, body, name=self.name, tag="injective")
+
+    def reference(self, x, pad_width, value):
+        return np.pad(x, pad_width, constant_values=np.asarray(value).astype(x.dtype))
+
+    def gradient(self, g, node):
+        x = node.inputs[0]
+        index = tuple((lo, lo + d, 1) for (lo, _), d in zip(node.attrs["pad_width"], x.shape))
+        return (call("getitem", g, index=index),)
+
+
+class _Dilation(Op):
+    attrs = {"axes": A.Attr(A.axes, doc="axes to dilate"),
+             "dilation": A.Attr(A.non_negative_int, doc="zeros inserted between elements")}
+
+    def axes_of(self, ndim, axes):
+        return normalize_axes(self.name, axes, ndim, arg="axes")
+
+
+@register
+class Dilate(_Dilation):
+    """Insert ``dilation`` zeros after every element along ``axes`` (as needle):
+    a dim of size n becomes n * (dilation + 1)."""
+
+    name = "dilate"
+
+    def infer_shape(self, x, axes, dilation):
+        ax = self.axes_of(len(x), axes)
+        return tuple(d * (dilation + 1) if k in ax else d for k, d in enumerate(x))
+
+    def compute(self, x, axes, dilation):
+        ax, step = self.axes_of(len(x.shape), axes), dilation + 1
+        out = self.infer_shape(tuple(x.shape), axes, dilation)
+
+        def body(*i):
+            on_grid = [tirx.floormod(v, step) == 0 for k, v in enumerate(i) if k in ax]
+            src = x(*[tirx.floordiv(v, step) if k in ax else v for k, v in enumerate(i)])
+            return tirx.if_then_else(tirx.all(*on_grid), src, tirx.const(0, dtype_of(x))) if on_grid else src
+
+        return te.compute(out, body, name=self.name, tag="injective")
+
+    def reference(self, x, axes, dilation):
+        out = np.zeros(self.infer_shape(x.shape, axes, dilation), x.dtype)
+        out[tuple(slice(None, None, dilation + 1) if k in self.axes_of(x.ndim, axes) else slice(None)
+                  for k in range(x.ndim))] = x
+        return out
+
+    def gradient(self, g, node):
+        return (call("undilate", g, **node.attrs),)
+
+
+@register
+class Undilate(_Dilation):
+    """Keep every ``(dilation + 1)``-th element along ``axes``: the inverse of dilate."""
+
+    name = "undilate"
+
+    def infer_shape(self, x, axes, dilation):
+        ax = self.axes_of(len(x), axes)
+        return tuple((d + dilation) // (dilation + 1) if k in ax else d for k, d in enumerate(x))
+
+    def compute(self, x, axes, dilation):
+        ax, step = self.axes_of(len(x.shape), axes), dilation + 1
+        return te.compute(self.infer_shape(tuple(x.shape), axes, dilation),
+                          lambda *i: x(*[v * step if k in ax else v for k, v in enumerate(i)]),
+                          name=self.name, tag="injective")
+
+    def reference(self, x, axes, dilation):
+        return x[tuple(slice(None, None, dilation + 1) if k in self.axes_of(x.ndim, axes) else slice(None)
+                       for k in range(x.ndim))].copy()
+
+    def gradient(self, g, node):
+        x = node.inputs[0]
+        grown = call("dilate", g, **node.attrs)
+        if tuple(grown.shape) == tuple(x.shape):
+            return (grown,)
+        return (call("getitem", grown, index=tuple((0, d, 1) for d in x.shape)),)
