@@ -1,0 +1,165 @@
+"""matmul (numpy semantics, batch broadcasting) and the fused ``dense``
+(x @ W + b, optional relu) computed as one kernel.
+
+Shapes: ``matmul`` takes (..., M, K) @ (..., K, N) -> (..., M, N) with the
+batch dims broadcast; a 1-D left operand is a row (its M dim is dropped from
+the result), a 1-D right operand a column (its N dim is dropped), as numpy
+does. ``dense`` takes x (M, K), w (K, N), b (N,) -> (M, N).
+"""
+from __future__ import annotations
+
+import numpy as np
+from tvm import te, tirx
+
+from ..errors import ShapeError
+from . import attrs as A
+from .grad import cast_like, unbroadcast
+from .registry import Op, call, register
+from .shapes import (FLOATS, NUMERIC, broadcast_index, broadcast_shapes, dtype_of, result_type, same_dim,
+                     shape_str, size, static)
+
+
+def _matmul_shapes(op: str, a, b):
+    """(batch shape, M, K, N, a is 1-D, b is 1-D), validating the operands."""
+    if len(a) == 0 or len(b) == 0:
+        raise ShapeError(f"got {shape_str(a)} @ {shape_str(b)}, expected operands of rank >= 1", op=op,
+                         arg="shapes")
+    a_vec, b_vec = len(a) == 1, len(b) == 1
+    a2 = (1,) + tuple(a) if a_vec else tuple(a)
+    b2 = tuple(b) + (1,) if b_vec else tuple(b)
+    if not same_dim(a2[-1], b2[-2]):
+        raise ShapeError(f"got {shape_str(a)} @ {shape_str(b)}: inner dims {static(a2[-1])} and {static(b2[-2])} "
+                         "differ", op=op, arg="shapes")
+    batch = broadcast_shapes(op, a2[:-2], b2[:-2])
+    return batch, a2[-2], a2[-1], b2[-1], a_vec, b_vec
+
+
+def matmul_expr(a, b, dt, name: str):
+    """The (batched) matmul tensor expression, before dropping 1-D dims."""
+    a_shape, b_shape = tuple(a.shape), tuple(b.shape)
+    batch, m, k, n, a_vec, b_vec = _matmul_shapes(name, a_shape, b_shape)
+    nb = len(batch)
+    rk = te.reduce_axis((0, k), "k")
+
+    def body(*i):
+        bi, mi, ni = i[:nb], i[nb], i[nb + 1]
+        ai = ([rk] if a_vec else broadcast_index(bi, a_shape[:-2], nb) + [mi, rk])
+        bj = ([rk] if b_vec else broadcast_index(bi, b_shape[:-2], nb) + [rk, ni])
+        return te.sum(a(*ai).astype(dt) * b(*bj).astype(dt), axis=rk)
+
+    return te.compute(tuple(batch) + (m, n), body, name=name, tag="matmul")
+
+
+@register
+class Matmul(Op):
+    name = "matmul"
+    arity = 2
+    family = "matmul"
+    dtypes = NUMERIC
+
+    def infer_shape(self, a, b):
+        batch, m, _, n, a_vec, b_vec = _matmul_shapes(self.name, a, b)
+        return tuple(batch) + (() if a_vec else (m,)) + (() if b_vec else (n,))
+
+    def infer_dtype(self, a, b):
+        return result_type(a, b)
+
+    def compute(self, a, b):
+        dt = result_type(dtype_of(a), dtype_of(b))
+        a_vec, b_vec = len(a.shape) == 1, len(b.shape) == 1
+        if not (a_vec or b_vec):
+            return matmul_expr(a, b, dt, self.name)
+        full = matmul_expr(a, b, dt, "matmul_full")
+        out = self.infer_shape(tuple(a.shape), tuple(b.shape))
+        nb = len(full.shape) - 2
+
+        def drop(*i):
+            bi, rest = list(i[:nb]), list(i[nb:])
+            mi = 0 if a_vec else rest.pop(0)
+            ni = 0 if b_vec else rest.pop(0)
+            return full(*bi, mi, ni)
+
+        return te.compute(out, drop, name=self.name, tag="injective")
+
+    def reference(self, a, b):
+        return np.matmul(a, b)
+
+    def flops(self, shapes, **attrs):
+        batch, m, k, n, _, _ = _matmul_shapes(self.name, *shapes)
+        total = 2 * size(batch) * static(m) * static(k) * static(n)
+        return float(total) if isinstance(total, int) else 0.0
+
+    def gradient(self, g, node):
+        a, b = node.inputs
+        if len(a.shape) == 1 or len(b.shape) == 1:
+            return self._vector_gradient(g, a, b)
+        ga = call("matmul", g, call("transpose", b, axes=_swap_last(len(b.shape))))
+        gb = call("matmul", call("transpose", a, axes=_swap_last(len(a.shape))), g)
+        return unbroadcast(ga, a.shape), unbroadcast(gb, b.shape)
+
+    @staticmethod
+    def _vector_gradient(g, a, b):
+        """1-D operands: lift them to matrices, reuse the matrix rule, drop the dims again."""
+        a2 = call("reshape", a, shape=(1,) + tuple(a.shape)) if len(a.shape) == 1 else a
+        b2 = call("reshape", b, shape=tuple(b.shape) + (1,)) if len(b.shape) == 1 else b
+        out2 = tuple(call("matmul", a2, b2).shape)
+        g2 = call("reshape", g, shape=out2)
+        ga = call("matmul", g2, call("transpose", b2, axes=_swap_last(len(b2.shape))))
+        gb = call("matmul", call("transpose", a2, axes=_swap_last(len(a2.shape))), g2)
+        return (call("reshape", unbroadcast(ga, a2.shape), shape=tuple(a.shape)),
+                call("reshape", unbroadcast(gb, b2.shape), shape=tuple(b.shape)))
+
+
+def _swap_last(ndim: int) -> tuple:
+    return tuple(range(ndim - 2)) + (ndim - 1, ndim - 2)
+
+
+@register
+class Dense(Op):
+    """``relu?(x @ w + b)`` as one kernel: the bias and relu are an epilogue the
+    schedule computes where the accumulator is written back."""
+
+    name = "dense"
+    arity = 3
+    family = "matmul"
+    dtypes = FLOATS
+    attrs = {"relu": A.Attr(A.boolean, default=False, doc="apply relu after the bias")}
+
+    def infer_shape(self, x, w, b, relu):
+        if len(x) != 2 or len(w) != 2 or len(b) != 1:
+            raise ShapeError(f"got x {shape_str(x)}, w {shape_str(w)}, b {shape_str(b)}, expected (M, K), (K, N), (N,)",
+                             op=self.name, arg="shapes")
+        if not same_dim(x[1], w[0]) or not same_dim(w[1], b[0]):
+            raise ShapeError(f"got x {shape_str(x)}, w {shape_str(w)}, b {shape_str(b)}: K or N disagree",
+                             op=self.name, arg="shapes")
+        return (x[0], w[1])
+
+    def infer_dtype(self, x, w, b, relu):
+        return result_type(x, w, b)
+
+    def compute(self, x, w, b, relu):
+        dt = result_type(dtype_of(x), dtype_of(w), dtype_of(b))
+        acc = matmul_expr(x, w, dt, "dense_matmul")
+
+        def epilogue(i, j):
+            v = acc[i, j] + b[j].astype(dt)
+            return tirx.max(v, tirx.const(0, dt)) if relu else v
+
+        return te.compute(acc.shape, epilogue, name=self.name, tag="matmul")
+
+    def reference(self, x, w, b, relu):
+        out = x @ w + b
+        return np.maximum(out, 0).astype(out.dtype) if relu else out
+
+    def flops(self, shapes, **attrs):
+        (m, k), (_, n), _ = shapes
+        total = 2 * static(m) * static(k) * static(n)
+        return float(total) if isinstance(total, int) else 0.0
+
+    def gradient(self, g, node):
+        x, w, b = node.inputs
+        if node.attrs["relu"]:
+            g = call("multiply", g, cast_like(call("greater_scalar", node, scalar=0), g))
+        gx = call("matmul", g, call("transpose", w))
+        gw = call("matmul", call("transpose", x), g)
+        return gx, gw, call("sum", g, axis=0)
