@@ -1,7 +1,7 @@
 """The kernel cache: memory, then disk, then compile.
 
 Key: (op, attrs, shapes, dtypes, target, config) plus the kiln and TVM
-versions, hashed with SHA-256. On disk each kernel is one shared library,
+versions and a fingerprint of the op and schedule code, hashed with SHA-256. On disk each kernel is one shared library,
 ``<cache_dir>/kernels/<key hash>.<content hash>.so``:
 
 * written atomically: exported to a temporary file in the same directory,
@@ -14,6 +14,7 @@ The directory is created with mode 0700 (kernels are code that gets loaded).
 """
 from __future__ import annotations
 
+import functools
 import hashlib
 import json
 import logging
@@ -47,6 +48,20 @@ _memory: dict[str, object] = {}
 _lock = threading.Lock()
 
 
+@functools.lru_cache(maxsize=None)
+def code_fingerprint() -> str:
+    """Hash of the code that decides what a kernel computes and how it is
+    scheduled (te/, schedules/, runtime/lower.py): editing an op or a template
+    invalidates its cached kernels instead of serving stale ones."""
+    root = Path(__file__).resolve().parent.parent
+    files = sorted([*root.glob("te/**/*.py"), *root.glob("schedules/**/*.py"), root / "runtime" / "lower.py"])
+    digest = hashlib.sha256()
+    for path in files:
+        digest.update(path.relative_to(root).as_posix().encode())
+        digest.update(path.read_bytes())
+    return digest.hexdigest()[:16]
+
+
 def key_of(op: str, attrs: dict, shapes, dtypes, target_key: str, config_key: str) -> str:
     """SHA-256 of the canonical description of a kernel."""
     desc = {
@@ -57,6 +72,7 @@ def key_of(op: str, attrs: dict, shapes, dtypes, target_key: str, config_key: st
         "target": target_key,
         "config": config_key,
         "kiln": VERSION,
+        "code": code_fingerprint(),
         "tvm": tvm.__version__,
     }
     return hashlib.sha256(json.dumps(desc, sort_keys=True).encode()).hexdigest()
