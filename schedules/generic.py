@@ -114,14 +114,12 @@ def _rfactor(sch, block, spatial, reduce, lanes, par, cfg, prefix):
     _, r_inner = sch.split(r, [None, vec])
     rf = sch.rfactor(r_inner, factor_axis=len(spatial))
     out_loops = sch.get_loops(block)
-    if spatial:
-        fused = sch.fuse(*out_loops[:len(spatial)]) if len(spatial) > 1 else out_loops[0]
-        sch.compute_at(rf, fused)
-        if par:
-            sch.parallel(fused)
-    # rf block loops: [(fused spatial), r_outer, r_inner]: r_inner holds the partial sums.
-    rf_loops = sch.get_loops(rf)
-    r_outer, r_vec = rf_loops[-2], rf_loops[-1]
+    fused = sch.fuse(*out_loops[:len(spatial)]) if len(spatial) > 1 else out_loops[0]
+    sch.compute_at(rf, fused)
+    if par:
+        sch.parallel(fused)
+    # compute_at regenerates the rf block's own loops as [partial-result axis, r_outer].
+    r_vec, r_outer = sch.get_loops(rf)[1:]
     sch.reorder(r_outer, r_vec)
     sch.vectorize(r_vec)
     sch.decompose_reduction(rf, r_outer)

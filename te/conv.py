@@ -1,0 +1,208 @@
+"""2-D convolution, in two layouts, and the layout helpers pooling shares.
+
+``conv2d(x, w)`` is the cross-correlation deep learning calls convolution:
+
+- ``layout="NCHW"`` (PyTorch): x (N, C, H, W), w (O, C, KH, KW) -> (N, O, OH, OW);
+- ``layout="NHWC"`` (TensorFlow, needle): x (N, H, W, C), w (KH, KW, C, O) -> (N, OH, OW, O);
+
+with ``OH = (H + 2 * pad_h - dil_h * (KH - 1) - 1) // stride_h + 1`` (and the
+same for W). Padding is symmetric and zero. There is no bias: the ``nn`` layer
+adds it. The padded input is an intermediate injective block (``conv2d_pad``),
+which the schedules inline into the reduction.
+"""
+from __future__ import annotations
+
+import numpy as np
+from tvm import te, tirx
+
+from ..errors import DTypeError, ShapeError
+from . import attrs as A
+from .registry import Op, call, register
+from .shapes import FLOATS, dtype_of, is_static, same_dim, shape_str, size, static
+
+LAYOUT = A.Attr(A.one_of("NCHW", "NHWC"), default="NCHW", doc="NCHW (weights OIHW) or NHWC (weights HWIO)")
+
+
+def spatial_axes(layout: str) -> tuple[int, int]:
+    """The (H, W) axes of a 4-D tensor in ``layout``."""
+    return (2, 3) if layout == "NCHW" else (1, 2)
+
+
+def split_nchw(dims, layout: str) -> tuple:
+    """``(n, c, h, w)`` from dims (or indices) given in ``layout`` order."""
+    n, a, b, c = dims
+    return (n, a, b, c) if layout == "NCHW" else (n, c, a, b)
+
+
+def join_nchw(layout: str, n, c, h, w) -> tuple:
+    """Dims (or indices) ``n, c, h, w`` in ``layout`` order."""
+    return (n, c, h, w) if layout == "NCHW" else (n, h, w, c)
+
+
+def check_rank4(op: str, shape, arg: str, layout: str) -> None:
+    if len(shape) != 4:
+        raise ShapeError(f"got {shape_str(shape)}, expected a 4-D {layout} tensor", op=op, arg=arg)
+    for d in shape[1:]:
+        if is_static(d) and static(d) < 1:
+            raise ShapeError(f"got {shape_str(shape)}, expected non-batch dims >= 1", op=op, arg=arg)
+
+
+def window_out(op: str, dim, kernel: int, stride: int, pad: int, dilation: int = 1):
+    """Output length of a sliding window over ``dim`` (padded by ``pad`` both sides)."""
+    span = dilation * (kernel - 1) + 1
+    if is_static(dim) and static(dim) + 2 * pad < span:
+        raise ShapeError(f"the window spans {span} but the padded input has only {static(dim) + 2 * pad}",
+                         op=op, arg="shapes")
+    return (static(dim) + 2 * pad - span) // stride + 1
+
+
+def pad_spatial(x, layout: str, padding: tuple, fill, name: str):
+    """``x`` with ``padding`` rows/columns of ``fill`` on both sides of H and W;
+    ``x`` itself when there is no padding."""
+    ph, pw = padding
+    if not (ph or pw):
+        return x
+    n, c, h, w = split_nchw(tuple(x.shape), layout)
+    ha, wa = spatial_axes(layout)
+    shape = join_nchw(layout, n, c, h + 2 * ph, w + 2 * pw)
+
+    def body(*i):
+        inside = tirx.all(i[ha] >= ph, i[ha] < h + ph, i[wa] >= pw, i[wa] < w + pw)
+        src = list(i)
+        src[ha], src[wa] = i[ha] - ph, i[wa] - pw
+        return tirx.if_then_else(inside, x(*src), fill)
+
+    return te.compute(shape, body, name=name, tag="injective")
+
+
+def crop(t, axes: tuple, starts: tuple, lengths: tuple):
+    """``t[start:start + length]`` along each of ``axes`` (a getitem call when it cuts)."""
+    shape = tuple(t.shape)
+    if all(s == 0 and static(shape[a]) == n for a, s, n in zip(axes, starts, lengths)):
+        return t
+    index = [(None, None, None)] * len(shape)
+    for a, s, n in zip(axes, starts, lengths):
+        index[a] = (s, s + n, 1)
+    return call("getitem", t, index=tuple(index))
+
+
+def _kernel_dims(w, layout: str) -> tuple:
+    """``(O, I, KH, KW)`` of a weight shape in ``layout``'s convention."""
+    return tuple(w) if layout == "NCHW" else (w[3], w[2], w[0], w[1])
+
+
+@register
+class Conv2d(Op):
+    """``conv2d(x, w)``: see the module docstring for layouts and shapes."""
+
+    name = "conv2d"
+    arity = 2
+    family = "conv2d"
+    dtypes = FLOATS
+    attrs = {
+        "layout": LAYOUT,
+        "stride": A.Attr(A.int_tuple(2, minimum=1), default=(1, 1), doc="step of the window (int or pair)"),
+        "padding": A.Attr(A.int_tuple(2, minimum=0), default=(0, 0), doc="zeros added on both sides of H, W"),
+        "dilation": A.Attr(A.int_tuple(2, minimum=1), default=(1, 1), doc="spacing of the kernel taps"),
+    }
+
+    def infer_shape(self, x, w, layout, stride, padding, dilation):
+        check_rank4(self.name, x, "x", layout)
+        check_rank4(self.name, w, "w", "OIHW" if layout == "NCHW" else "HWIO")
+        n, c, h, wd = split_nchw(x, layout)
+        o, i, kh, kw = _kernel_dims(w, layout)
+        if not (is_static(kh) and is_static(kw)):
+            raise ShapeError(f"got w {shape_str(w)}, expected a static kernel size", op=self.name, arg="w")
+        if not same_dim(c, i):
+            raise ShapeError(f"got x {shape_str(x)} with {static(c)} channels but w {shape_str(w)} expects "
+                             f"{static(i)} ({layout})", op=self.name, arg="w")
+        oh = window_out(self.name, h, static(kh), stride[0], padding[0], dilation[0])
+        ow = window_out(self.name, wd, static(kw), stride[1], padding[1], dilation[1])
+        return join_nchw(layout, n, o, oh, ow)
+
+    def infer_dtype(self, x, w, **attrs):
+        if x != w:
+            raise DTypeError(f"got x {x} and w {w}, expected the same dtype", op=self.name, arg="w")
+        return x
+
+    def compute(self, x, w, layout, stride, padding, dilation):
+        out = self.infer_shape(tuple(x.shape), tuple(w.shape), layout, stride, padding, dilation)
+        xp = pad_spatial(x, layout, padding, tirx.const(0, dtype_of(x)), "conv2d_pad")
+        _, ci, kh, kw = _kernel_dims(tuple(w.shape), layout)
+        rc, ry, rx = te.reduce_axis((0, ci), "rc"), te.reduce_axis((0, kh), "ry"), te.reduce_axis((0, kw), "rx")
+        (sh, sw), (dh, dw) = stride, dilation
+
+        def body(*idx):
+            n, o, i, j = split_nchw(idx, layout)
+            xv = xp(*join_nchw(layout, n, rc, i * sh + ry * dh, j * sw + rx * dw))
+            wv = w[o, rc, ry, rx] if layout == "NCHW" else w[ry, rx, rc, o]
+            return te.sum(xv * wv, axis=[rc, ry, rx])
+
+        return te.compute(out, body, name=self.name, tag=self.family)
+
+    def reference(self, x, w, layout, stride, padding, dilation):
+        if layout == "NHWC":
+            return _conv_nchw(x.transpose(0, 3, 1, 2), w.transpose(3, 2, 0, 1), stride, padding,
+                              dilation).transpose(0, 2, 3, 1)
+        return _conv_nchw(x, w, stride, padding, dilation)
+
+    def flops(self, shapes, **attrs):
+        x, w = shapes
+        o, ci, kh, kw = _kernel_dims(w, attrs["layout"])
+        total = 2 * size(self.infer_shape(x, w, **attrs)) * static(ci) * static(kh) * static(kw)
+        return float(total) if isinstance(total, int) else 0.0
+
+    def gradient(self, g, node):
+        x, w = node.inputs
+        return _grad_x(g, x, w, **node.attrs), _grad_w(g, x, w, **node.attrs)
+
+
+def _conv_nchw(x, w, stride, padding, dilation):
+    (ph, pw), (sh, sw), (dh, dw) = padding, stride, dilation
+    xp = np.pad(x, ((0, 0), (0, 0), (ph, ph), (pw, pw)))
+    kh, kw = w.shape[2:]
+    span = (dh * (kh - 1) + 1, dw * (kw - 1) + 1)
+    win = np.lib.stride_tricks.sliding_window_view(xp, span, axis=(2, 3))[:, :, ::sh, ::sw, ::dh, ::dw]
+    return np.einsum("nchwyx,ocyx->nohw", win, w).astype(np.result_type(x, w))
+
+
+def _dilate(g, axes: tuple, stride: tuple):
+    """``g`` with ``stride - 1`` zeros after each element along each of ``axes``
+    (length ``n * stride``): the output gradient on the input's grid."""
+    if stride[0] == stride[1]:
+        return call("dilate", g, axes=axes, dilation=stride[0] - 1) if stride[0] > 1 else g
+    for a, s in zip(axes, stride):
+        g = call("dilate", g, axes=(a,), dilation=s - 1) if s > 1 else g
+    return g
+
+
+def _grad_x(g, x, w, layout, stride, padding, dilation):
+    """A full (padding ``dil * (K - 1)``) convolution of the dilated output
+    gradient with the flipped kernel, channels swapped; its padded-input
+    gradient is then cropped to the unpadded input."""
+    axes = spatial_axes(layout)
+    _, _, kh, kw = _kernel_dims(tuple(w.shape), layout)
+    if layout == "NCHW":
+        wt = call("transpose", call("flip", w, axis=(2, 3)), axes=(1, 0, 2, 3))
+    else:
+        wt = call("transpose", call("flip", w, axis=(0, 1)), axes=(0, 1, 3, 2))
+    full = ((kh - 1) * dilation[0], (kw - 1) * dilation[1])
+    gx = call("conv2d", _dilate(g, axes, stride), wt, layout=layout, padding=full, dilation=dilation)
+    # The full convolution covers every padded-input position (it may run past the end).
+    return crop(gx, axes, padding, tuple(static(x.shape[a]) for a in axes))
+
+
+def _grad_w(g, x, w, layout, stride, padding, dilation):
+    """A convolution of the input (batch and channels swapped) with the dilated
+    output gradient as kernel, strided by the forward dilation."""
+    axes = spatial_axes(layout)
+    _, _, kh, kw = _kernel_dims(tuple(w.shape), layout)
+    # Trailing zeros of the dilation would make the kernel overrun the input: cut them.
+    taps = tuple((static(g.shape[a]) - 1) * s + 1 for a, s in zip(axes, stride))
+    gd = crop(_dilate(g, axes, stride), axes, (0, 0), taps)
+    if layout == "NCHW":
+        xt, gt, back = call("transpose", x, axes=(1, 0, 2, 3)), call("transpose", gd, axes=(1, 0, 2, 3)), (1, 0, 2, 3)
+    else:
+        xt, gt, back = call("transpose", x, axes=(3, 1, 2, 0)), call("transpose", gd, axes=(1, 2, 0, 3)), (1, 2, 0, 3)
+    gw = call("conv2d", xt, gt, layout=layout, padding=padding, stride=dilation)
+    return call("transpose", crop(gw, axes, (0, 0), (kh, kw)), axes=back)

@@ -1,0 +1,13 @@
+from helpers import Case
+
+CASES = [
+    Case("conv2d", [(1, 2, 5, 6), (3, 2, 3, 3)]),
+    Case("conv2d", [(2, 3, 7, 9), (4, 3, 3, 3)], attrs={"stride": 2, "padding": 1}, grad=False),
+    Case("conv2d", [(1, 2, 6, 5), (2, 2, 3, 2)], attrs={"stride": (2, 1), "padding": (1, 0)}),
+    Case("conv2d", [(1, 2, 7, 7), (2, 2, 2, 2)], attrs={"dilation": 2, "padding": 2}),
+    Case("conv2d", [(1, 3, 4, 4), (2, 3, 1, 1)], "float64"),
+    Case("conv2d", [(1, 5, 6, 2), (3, 3, 2, 3)], attrs={"layout": "NHWC", "padding": 1}),
+    Case("conv2d", [(1, 6, 5, 2), (2, 2, 2, 2)], attrs={"layout": "NHWC", "stride": 2, "dilation": (1, 2)}),
+    Case("conv2d", [(1, 3, 19, 19), (4, 3, 7, 7)], attrs={"stride": 2, "padding": 3}, grad=False),
+    Case("conv2d", [(2, 16, 14, 14), (32, 16, 3, 3)], attrs={"padding": 1}, grad=False),
+]
