@@ -1,13 +1,24 @@
 from helpers import Case
 
+NHWC = {"layout": "NHWC"}
+
 CASES = [
+    # NCHW, weights OIHW
     Case("conv2d", [(1, 2, 5, 6), (3, 2, 3, 3)]),
     Case("conv2d", [(2, 3, 7, 9), (4, 3, 3, 3)], attrs={"stride": 2, "padding": 1}, grad=False),
+    Case("conv2d", [(2, 1, 5, 7), (2, 1, 3, 3)], attrs={"stride": 2, "padding": 1}),
     Case("conv2d", [(1, 2, 6, 5), (2, 2, 3, 2)], attrs={"stride": (2, 1), "padding": (1, 0)}),
+    Case("conv2d", [(1, 1, 8, 8), (2, 1, 3, 3)], attrs={"stride": 3}),
     Case("conv2d", [(1, 2, 7, 7), (2, 2, 2, 2)], attrs={"dilation": 2, "padding": 2}),
+    Case("conv2d", [(1, 1, 9, 7), (2, 1, 3, 2)], attrs={"stride": 2, "dilation": (2, 3), "padding": 1}),
     Case("conv2d", [(1, 3, 4, 4), (2, 3, 1, 1)], "float64"),
-    Case("conv2d", [(1, 5, 6, 2), (3, 3, 2, 3)], attrs={"layout": "NHWC", "padding": 1}),
-    Case("conv2d", [(1, 6, 5, 2), (2, 2, 2, 2)], attrs={"layout": "NHWC", "stride": 2, "dilation": (1, 2)}),
     Case("conv2d", [(1, 3, 19, 19), (4, 3, 7, 7)], attrs={"stride": 2, "padding": 3}, grad=False),
     Case("conv2d", [(2, 16, 14, 14), (32, 16, 3, 3)], attrs={"padding": 1}, grad=False),
+    # NHWC, weights HWIO
+    Case("conv2d", [(1, 5, 6, 2), (3, 3, 2, 3)], attrs={**NHWC, "padding": 1}),
+    Case("conv2d", [(1, 6, 5, 2), (2, 2, 2, 2)], attrs={**NHWC, "stride": 2, "dilation": (1, 2)}),
+    Case("conv2d", [(2, 5, 7, 1), (3, 3, 1, 2)], attrs={**NHWC, "stride": 2, "padding": 1}),
+    Case("conv2d", [(1, 4, 5, 3), (1, 1, 3, 4)], "float64", attrs={**NHWC, "stride": 2}),
+    Case("conv2d", [(2, 7, 9, 3), (3, 3, 3, 8)], attrs={**NHWC, "padding": 1}, grad=False),
+    Case("conv2d", [(1, 19, 19, 3), (7, 7, 3, 4)], attrs={**NHWC, "stride": 2, "padding": 3}, grad=False),
 ]
