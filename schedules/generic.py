@@ -75,18 +75,46 @@ def schedule_reduction(sch, block, cfg: Config, prefix: str = "") -> None:
         and last_sp is not None and last_sp < lanes)) if spatial else 0
     par = cfg.define_knob(prefix + "parallel", (0, 1), default=int(
         bool(spatial) and (n_out is None or n_out * (red_n or 1) >= PARALLEL_MIN)))
-    if use_rf:
+    if not spatial:
+        _full_reduction(sch, block, reduce, red_n, lanes, cfg, prefix)
+    elif use_rf:
         _rfactor(sch, block, spatial, reduce, lanes, par, cfg, prefix)
     else:
         _vectorize_outputs(sch, block, spatial, reduce, lanes, par, cfg, prefix)
 
 
+def _full_reduction(sch, block, reduce, red_n, lanes, cfg, prefix):
+    """A reduction to one value: ``chunks`` threads each keep ``vector`` partial
+    results (two rfactors), combined at the end."""
+    cores = cfg.target.cores
+    vec = lanes if red_n and red_n % lanes == 0 and red_n >= 2 * lanes else 1
+    per_lane = red_n // vec if red_n else None
+    big = red_n is not None and red_n >= PARALLEL_MIN
+    chunks = max((d for d in range(1, 8 * cores + 1) if per_lane % d == 0), default=1) if big else 1
+    vec = cfg.define_knob(prefix + "vector", (1, vec), default=vec)
+    chunks = cfg.define_knob(prefix + "chunks", (1, chunks), default=chunks)
+    r = sch.fuse(*reduce) if len(reduce) > 1 else reduce[0]
+    if vec == 1 and chunks == 1:
+        sch.decompose_reduction(block, r)
+        return
+    r_par, r_mid, r_vec = sch.split(r, [chunks, None, vec])
+    try:
+        rf = sch.rfactor(r_par, factor_axis=0)
+    except Exception:  # noqa: BLE001 - TVM cannot rfactor some 0-d outputs (beside other blocks): stay serial
+        sch.decompose_reduction(block, r_par)
+        return
+    rf_par, rf_mid, rf_vec = sch.get_loops(rf)
+    if vec > 1:
+        rf = sch.rfactor(rf_vec, factor_axis=1)
+        rf_par, rf_mid, rf_vec = sch.get_loops(rf)
+        sch.vectorize(rf_vec)
+    sch.parallel(rf_par)
+    sch.decompose_reduction(rf, rf_mid)
+
+
 def _vectorize_outputs(sch, block, spatial, reduce, lanes, par, cfg, prefix):
     """Loops [spatial..., last_outer, reduce..., last_inner]: each step of the
     reduction updates a vector of adjacent outputs."""
-    if not spatial:
-        sch.decompose_reduction(block, reduce[0])
-        return
     last = spatial[-1]
     n_last = const_int(extent(sch, last))
     vec = cfg.define_knob(prefix + "vector", (1, lanes, 2 * lanes),
