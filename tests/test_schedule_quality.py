@@ -1,0 +1,36 @@
+"""No op runs as a naive serial loop nest: at realistic sizes every family
+compiles to a kernel with a parallel loop and a vectorized loop."""
+import pytest
+
+import kiln
+from kiln.te import get_op, list_ops
+
+LARGE = [
+    ("add", [(512, 512), (512,)], {}), ("exp", [(1 << 18,)], {}), ("relu", [(256, 1000)], {}),
+    ("cast", [(512, 512)], {"dtype": "float64"}), ("transpose", [(512, 384)], {}),
+    ("getitem", [(512, 512)], {"index": ((1, None, 2), (None, None, -1))}),
+    ("pad", [(500, 500)], {"pad_width": ((1, 1), (2, 2))}), ("concatenate", [(300, 256), (200, 256)], {}),
+    ("broadcast_to", [(1, 512)], {"shape": (512, 512)}), ("equal_scalar", [(512, 512)], {"scalar": 0.5}),
+    ("sum", [(512, 512)], {"axis": 0}), ("sum", [(512, 512)], {"axis": 1}), ("sum", [(1 << 20,)], {}),
+    ("max", [(256, 1024)], {"axis": -1}), ("mean", [(64, 64, 64)], {"axis": (0, 2)}),
+    ("logsumexp", [(512, 512)], {"axis": 1}), ("softmax", [(1024, 1024)], {}), ("log_softmax", [(256, 1000)], {}),
+    ("matmul", [(256, 256), (256, 256)], {}), ("matmul", [(8, 128, 64), (64, 96)], {}),
+    ("dense", [(128, 784), (784, 512), (512,)], {"relu": True}),
+    ("conv2d", [(1, 64, 56, 56), (64, 64, 3, 3)], {"padding": 1}),
+    ("conv2d", [(1, 56, 56, 64), (3, 3, 64, 64)], {"padding": 1, "layout": "NHWC"}),
+    ("max_pool2d", [(8, 64, 56, 56)], {"kernel": 3, "stride": 2, "padding": 1}),
+    ("avg_pool2d", [(8, 64, 56, 56)], {"kernel": 2}), ("global_avg_pool2d", [(8, 512, 7, 7)], {}),
+]
+
+
+@pytest.mark.parametrize("op,shapes,attrs", LARGE, ids=lambda v: str(v) if isinstance(v, str) else None)
+def test_large_kernels_are_parallel_and_vectorized(op, shapes, attrs):
+    script = kiln.build(op, shapes, attrs=attrs).script()
+    assert "T.parallel" in script, f"{op}{shapes}: no parallel loop"
+    assert "T.vectorized" in script, f"{op}{shapes}: no vectorized loop"
+
+
+def test_every_family_is_covered():
+    families = {get_op(name).family for name in list_ops()}
+    covered = {get_op(op).family for op, _, _ in LARGE}
+    assert families <= covered
