@@ -2,8 +2,10 @@
 PyTorch's ``count_include_pad=False``), global_avg_pool2d, and the backward ops
 of the windowed pools.
 
-``max_pool2d`` pads with -inf. Its gradient goes to every element equal to its
-window's max (ties share it; PyTorch picks one).
+``max_pool2d`` pads with the dtype's lowest value, which never wins: padding is
+at most half the window, so every window holds an input element. Its gradient
+goes, per window, to the first element (row-major in the window) equal to the
+window's max, as PyTorch does on ties.
 """
 from __future__ import annotations
 
@@ -189,40 +191,70 @@ class MaxPool2dGrad(_PoolGrad):
             raise ShapeError(f"got out_grad {shape_str(g)}, expected {shape_str(want)}", op=self.name, arg="g")
         return x
 
+    def infer_dtype(self, x, g, **attrs):
+        return g
+
     def compute(self, x, g, **attrs):
-        mx = max_pool_expr(x, "window_max", self.name, **attrs)  # the window maxima, recomputed
+        first = _first_max(x, self.name, attrs)
         r, windows = self.cover(tuple(x.shape), attrs)
-        dt = dtype_of(x)
+        (ha, wa), kw = _axes(attrs["layout"]), attrs["kernel"][1]
+        (ph, pw), (sh, sw) = attrs["padding"], attrs["stride"] or attrs["kernel"]
+        dt = dtype_of(g)
 
         def body(*i):
             o, ok = windows(i)
-            hit = tirx.all(ok, x(*i) == mx(*[tirx.max(v, 0) for v in o]))
-            return te.sum(tirx.if_then_else(hit, g(*[tirx.max(v, 0) for v in o]), tirx.const(0, dt)), axis=r)
+            # Clamped: TIR's `and` may evaluate both sides, so reads stay in bounds.
+            safe = [tirx.min(tirx.max(v, 0), g.shape[k] - 1) if k in (ha, wa) else v for k, v in enumerate(o)]
+            # i's position inside window o, numbered as _first_max numbers it.
+            at = (i[ha] + ph - o[ha] * sh) * kw + (i[wa] + pw - o[wa] * sw)
+            hit = tirx.all(ok, first(*safe) == at)
+            return te.sum(tirx.if_then_else(hit, g(*safe), tirx.const(0, dt)), axis=r)
 
         return te.compute(tuple(x.shape), body, name=self.name, tag=self.family)
 
     def reference(self, x, g, **attrs):
-        out = np.zeros_like(x)
-        xs = x.transpose(0, 3, 1, 2) if attrs["layout"] == "NHWC" else x
-        gs = g.transpose(0, 3, 1, 2) if attrs["layout"] == "NHWC" else g
-        res = out.transpose(0, 3, 1, 2) if attrs["layout"] == "NHWC" else out
-        mx = MaxPool2d.reference(self, xs, **{**attrs, "layout": "NCHW"})
-        (kh, kw), (sh, sw), (ph, pw) = attrs["kernel"], attrs["stride"] or attrs["kernel"], attrs["padding"]
-        for oy in range(mx.shape[2]):
-            for ox in range(mx.shape[3]):
-                for y in range(max(oy * sh - ph, 0), min(oy * sh - ph + kh, xs.shape[2])):
-                    for z in range(max(ox * sw - pw, 0), min(ox * sw - pw + kw, xs.shape[3])):
-                        hit = xs[:, :, y, z] == mx[:, :, oy, ox]
-                        res[:, :, y, z] += np.where(hit, gs[:, :, oy, ox], 0)
-        return out
+        win = _windows_np(x, fill=-np.inf, **attrs)  # (N, C, OH, OW, KH, KW)
+        ky, kx = np.divmod(win.reshape(win.shape[:4] + (-1,)).argmax(axis=-1), attrs["kernel"][1])
+        (ph, pw), (sh, sw) = attrs["padding"], attrs["stride"] or attrs["kernel"]
+        n, c, oy, ox = np.indices(ky.shape, sparse=True)
+        out = np.zeros(win.shape[:2] + _spatial(x.shape, attrs["layout"]), g.dtype)
+        np.add.at(out, (n, c, oy * sh - ph + ky, ox * sw - pw + kx), _to_nchw(g, attrs["layout"]))
+        return _to_layout(out, attrs["layout"])
+
+
+def _first_max(x, op: str, attrs):
+    """Per window: the row-major position ``ky * KW + kx`` of its first maximum."""
+    mx = max_pool_expr(x, "max_pool2d_grad_max", op, **attrs)
+    out, raxes, src = pool_windows(op, x, **attrs)
+    (ry, rx), kh, kw = raxes, attrs["kernel"][0], attrs["kernel"][1]
+
+    def body(*i):
+        idx, inside = src(i)
+        hit = tirx.if_then_else(inside, x(*idx) == mx(*i), tirx.const(False, "bool"))
+        return te.min(tirx.if_then_else(hit, ry * kw + rx, kh * kw), axis=raxes)
+
+    return te.compute(out, body, name="max_pool2d_grad_first", tag="pool")
+
+
+def _spatial(shape, layout):
+    return tuple(shape[a] for a in _axes(layout))
+
+
+def _to_nchw(a, layout):
+    return a.transpose(0, 3, 1, 2) if layout == "NHWC" else a
 
 
 @register
 class AvgPool2dGrad(_PoolGrad):
-    """Gradient of avg_pool2d w.r.t. its input: out_grad -> the input ``shape``."""
+    """Gradient of avg_pool2d w.r.t. its input: out_grad -> the input ``shape``.
+    It is linear, the adjoint of avg_pool2d, so its own gradient is avg_pool2d."""
 
     name = "avg_pool2d_grad"
+    differentiable = True
     attrs = {**POOL_ATTRS, "shape": A.Attr(A.int_tuple(4, minimum=1), doc="the pooled input's shape")}
+
+    def gradient(self, g, node):
+        return (call("avg_pool2d", g, **{k: v for k, v in node.attrs.items() if k != "shape"}),)
 
     def infer_shape(self, g, shape, **attrs):
         want = _Pool.infer_shape(self, shape, **attrs)
@@ -258,29 +290,44 @@ class AvgPool2dGrad(_PoolGrad):
 
 @register
 class GlobalAvgPool2d(Op):
-    """Mean over H and W of an NCHW input, kept as (N, C, 1, 1)."""
+    """Mean over H and W: NCHW (N, C, H, W) -> (N, C, 1, 1), NHWC (N, H, W, C) ->
+    (N, 1, 1, C); ``keepdims=False`` gives (N, C) for both."""
 
     name = "global_avg_pool2d"
-    family = "reduction"
+    family = "pool"
     dtypes = FLOATS
+    attrs = {"layout": POOL_ATTRS["layout"],
+             "keepdims": A.Attr(A.boolean, default=True, doc="keep H and W as size-1 dims")}
 
-    def infer_shape(self, x):
-        if len(x) != 4:
-            raise ShapeError(f"got {shape_str(x)}, expected a 4-D NCHW input", op=self.name, arg="x")
-        return (x[0], x[1], 1, 1)
+    def infer_shape(self, x, layout, keepdims):
+        if len(x) != 4 or any(isinstance(static(x[a]), int) and static(x[a]) < 1 for a in _axes(layout)):
+            raise ShapeError(f"got {shape_str(x)}, expected a 4-D {layout} input with H, W >= 1", op=self.name,
+                             arg="x")
+        ha, wa = _axes(layout)
+        if not keepdims:
+            return tuple(d for k, d in enumerate(x) if k not in (ha, wa))
+        return tuple(1 if k in (ha, wa) else d for k, d in enumerate(x))
 
-    def compute(self, x):
-        n, c, h, w = x.shape
-        ry, rx = te.reduce_axis((0, h), "ry"), te.reduce_axis((0, w), "rx")
-        sums = te.compute((n, c, 1, 1), lambda a, b, _y, _x: te.sum(x[a, b, ry, rx], axis=[ry, rx]),
-                          name="global_avg_pool2d_sum", tag="reduction")
-        return te.compute((n, c, 1, 1), lambda *i: sums(*i) / tirx.Cast(dtype_of(x), h * w), name=self.name,
-                          tag="reduction")
+    def compute(self, x, layout, keepdims):
+        (ha, wa), dt = _axes(layout), dtype_of(x)
+        ry, rx = te.reduce_axis((0, x.shape[ha]), "ry"), te.reduce_axis((0, x.shape[wa]), "rx")
+        out = self.infer_shape(tuple(x.shape), layout, keepdims)
 
-    def reference(self, x):
-        return x.mean(axis=(2, 3), keepdims=True)
+        def total(*i):
+            rest = iter(v for k, v in enumerate(i) if k not in (ha, wa)) if keepdims else iter(i)
+            return te.sum(x(*[ry if k == ha else rx if k == wa else next(rest) for k in range(4)]), axis=[ry, rx])
+
+        sums = te.compute(out, total, name="global_avg_pool2d_sum", tag=self.family)
+        hw = tirx.Cast(dt, x.shape[ha] * x.shape[wa])
+        return te.compute(out, lambda *i: sums(*i) / hw, name=self.name, tag=self.family)
+
+    def reference(self, x, layout, keepdims):
+        return x.mean(axis=_axes(layout), keepdims=keepdims)
 
     def gradient(self, g, node):
-        x = node.inputs[0]
-        hw = float(static(x.shape[2]) * static(x.shape[3]))
+        x, layout = node.inputs[0], node.attrs["layout"]
+        ha, wa = _axes(layout)
+        kept = tuple(1 if k in (ha, wa) else d for k, d in enumerate(x.shape))
+        g = g if tuple(g.shape) == kept else call("reshape", g, shape=kept)
+        hw = float(static(x.shape[ha]) * static(x.shape[wa]))
         return (call("broadcast_to", call("divide_scalar", g, scalar=hw), shape=tuple(x.shape)),)
