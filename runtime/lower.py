@@ -47,7 +47,8 @@ def lower(op, shapes, dtypes, attrs, out_shapes, out_dtypes, target, config=None
     inputs, outs = declare(op, shapes, dtypes, attrs, out_shapes, out_dtypes)
     func = te.create_prim_func(inputs + outs)
     sch = tvm.s_tir.Schedule(func)
-    cfg = Config(target, dict(config or {}))
+    cfg = Config(target, dict(config or {}),
+                 workload={"op": op.name, "attrs": dict(attrs), "shapes": list(shapes), "dtypes": list(dtypes)})
     template = lookup(op, target.kind)
     try:
         block = sch.get_sblock(outs[0].op.name)

@@ -66,11 +66,13 @@ class Knob:
 @dataclass
 class Config:
     """Knob values for one (op, shapes, target). ``values`` left empty means
-    "use every template default" (the fallback config)."""
+    "use every template default" (the fallback config). ``workload`` tells the
+    template what it schedules: ``{"op", "attrs", "shapes", "dtypes"}``."""
 
     target: Any
     values: dict = field(default_factory=dict)
     space: dict = field(default_factory=dict)
+    workload: dict = field(default_factory=dict)
 
     @property
     def is_fallback(self) -> bool:

@@ -1,0 +1,101 @@
+"""CPU template for conv2d (NCHW and NHWC): vectorized over output channels,
+register-tiled over output width, parallel over batch x channel blocks x rows.
+
+The micro-kernel keeps a ``tile_ow x tile_oc`` block of outputs in registers
+(``tile_oc / lanes`` vectors per output column). Each step of the reduction
+(input channel, kernel row, kernel column) loads ``tile_oc / lanes`` weight
+vectors and broadcasts ``tile_ow`` input values: ``tile_ow * tile_oc / lanes``
+FMAs for ``tile_ow + tile_oc / lanes`` loads.
+
+``tile_oc``   output channels per tile, a multiple of the vector lanes when the
+              channels allow (default: 2 vectors, fewer for narrow layers).
+``tile_ow``   output columns per tile (default: a divisor of the output width
+              up to 8, within the register budget).
+``unroll_kw`` 1 to unroll the kernel-column loop.
+``pack_w``    NCHW only: 1 to copy OIHW weights to ``[O / tile_oc, I, KH, KW,
+              tile_oc]`` so the channel vector is contiguous (default 1).
+``parallel``  1 to run (batch, channel block, output row) on the thread pool.
+
+The accumulator tile is stored channels-innermost (a local buffer laid out
+N, H, W, C) whatever the layout, so its vectors are contiguous; for NCHW the
+write-back transposes it into the output. Zero padding is its own parallel
+stage, so the inner loop has no bounds checks.
+"""
+from __future__ import annotations
+
+from ..config import Config
+from ..dispatch import register_template
+from ..generic import schedule_injective
+from ..util import blocks, const_int, extent
+
+
+def _channel_tile(channels: int | None, lanes: int) -> int:
+    if channels is None:
+        return lanes
+    if channels < lanes:
+        return channels
+    for vectors in (2, 1):
+        if channels % (vectors * lanes) == 0:
+            return vectors * lanes
+    return lanes
+
+
+def _width_tile(width: int | None, limit: int) -> int:
+    if width is None:
+        return min(8, limit)
+    divisors = [d for d in range(4, min(8, limit) + 1) if width % d == 0]
+    return max(divisors) if divisors else min(width, 8, limit)
+
+
+@register_template("cpu", ops=("conv2d",))
+def schedule_conv2d(sch, block, cfg: Config) -> None:
+    conv = block
+    nchw = cfg.workload["attrs"]["layout"] == "NCHW"
+    n, a, b, c, r1, r2, r3 = sch.get_loops(conv)
+    # NCHW loops: n, o, y, z | rc, ry, rx.  NHWC loops: n, y, z, o | ry, rx, rc.
+    o, y, z = (a, b, c) if nchw else (c, a, b)
+    lanes = cfg.target.lanes(str(sch.get(conv).writes[0].source.dtype))
+    o_ext, z_ext = const_int(extent(sch, o)), const_int(extent(sch, z))
+    budget = 24 if lanes >= 16 else 12  # accumulators that fit in the vector registers
+
+    tile_oc = cfg.define_knob("tile_oc", tuple(sorted({lanes, 2 * lanes, 3 * lanes, 4 * lanes, _channel_tile(
+        o_ext, lanes)})), default=_channel_tile(o_ext, lanes))
+    vectors = max(1, -(-tile_oc // lanes))
+    tile_ow = cfg.define_knob("tile_ow", tuple(range(1, 17)), default=_width_tile(z_ext, max(1, budget // vectors)))
+    unroll_kw = cfg.define_knob("unroll_kw", (0, 1), default=1)
+    pack_w = cfg.define_knob("pack_w", (0, 1), default=int(nchw)) and nchw
+    par = cfg.define_knob("parallel", (0, 1), default=1)
+
+    if pack_w:
+        pack = sch.cache_read(conv, 1, "global")
+        sch.transform_layout(conv, ("read", 1), lambda o_, i, kh, kw: (o_ // tile_oc, i, kh, kw, o_ % tile_oc),
+                             pad_value=0.0 if o_ext is None or o_ext % tile_oc else None)
+    oo, oi = sch.split(o, [None, tile_oc])
+    zo, zi = sch.split(z, [None, tile_ow])
+    kw_loop = r3 if nchw else r2
+    sch.reorder(n, oo, y, zo, r1, r2, r3, zi, oi) if nchw else sch.reorder(n, y, zo, oo, r1, r2, r3, zi, oi)
+    acc = sch.cache_write(conv, 0, "local")
+    sch.reverse_compute_at(acc, zo if nchw else oo)
+    if nchw:  # channels innermost in the accumulator tile
+        sch.transform_layout(conv, ("write", 0), lambda n_, o_, y_, z_: (n_, y_, z_, o_))
+    sch.vectorize(oi)  # before decompose_reduction (TVM rejects it after)
+    sch.unroll(zi)
+    if unroll_kw:
+        sch.unroll(kw_loop)
+    outer = sch.fuse(n, oo, y) if nchw else sch.fuse(n, y)
+    if par:
+        sch.parallel(outer)
+    sch.decompose_reduction(conv, r1)
+
+    own = sch.get_loops(acc)[2 if nchw else 3:]
+    if own:
+        sch.vectorize(own[-1])
+    if pack_w:
+        loops = sch.get_loops(pack)
+        fused = sch.fuse(*loops)
+        outer_p, vec = sch.split(fused, [None, lanes])
+        sch.vectorize(vec)
+        sch.parallel(outer_p)
+    for other in blocks(sch):  # the zero-padding stage
+        if sch.get(other).name_hint == "conv2d_pad":
+            schedule_injective(sch, other, cfg, "pad.")
