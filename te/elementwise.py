@@ -12,6 +12,7 @@ from tvm import te, tirx
 
 from ..errors import AttrError
 from . import attrs as A
+from . import fastmath
 from .grad import cast_like, unbroadcast
 from .registry import Op, call, get_op, register
 from .shapes import FLOATS, NUMERIC, broadcast_index, broadcast_shapes, dtype_of, float_of, result_type, size
@@ -90,7 +91,7 @@ class Relu(Unary):
 class Exp(Unary):
     name = "exp"
     floating = True
-    expr = staticmethod(tirx.exp)
+    expr = staticmethod(fastmath.exp)
     reference = staticmethod(np.exp)
 
     def gradient(self, g, node):
@@ -138,7 +139,7 @@ class Sigmoid(Unary):
 
     def expr(self, v):
         one = tirx.const(1, dtype_of(v))
-        return one / (one + tirx.exp(-v))
+        return one / (one + fastmath.exp(-v))
 
     def reference(self, x):
         x = x.astype(float_of(str(x.dtype)))

@@ -11,6 +11,7 @@ from tvm import te, tirx
 
 from ..errors import ShapeError
 from . import attrs as A
+from . import fastmath
 from .registry import Op, call, register
 from .shapes import NUMERIC, dtype_of, float_of, is_static, normalize_axes, size, static
 
@@ -163,7 +164,7 @@ class LogSumExp(Reduction):
         def shift(*i):
             return tirx.Select(tirx.isfinite(mx(*i)), mx(*i), tirx.const(0, dt))
 
-        total = te.compute(out_shape, lambda *i: te.sum(tirx.exp(x(*index2(i)).astype(dt) - shift(*i)), axis=raxes2),
+        total = te.compute(out_shape, lambda *i: te.sum(fastmath.exp(x(*index2(i)).astype(dt) - shift(*i)), axis=raxes2),
                            name="lse_sum", tag=self.family)
         return te.compute(out_shape, lambda *i: tirx.log(total(*i)) + shift(*i), name=self.name, tag=self.family)
 

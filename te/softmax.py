@@ -12,6 +12,7 @@ from tvm import te, tirx
 
 from ..errors import DTypeError, ShapeError
 from . import attrs as A
+from . import fastmath
 from .registry import Op, call, register
 from .shapes import FLOATS, INTS, dtype_of, normalize_axis, same_dim, shape_str, size, static
 
@@ -27,7 +28,7 @@ def _row_stages(x, axis):
         return [r if k == axis else v for k, v in enumerate(i)]
 
     mx = te.compute(kept, lambda *i: te.max(x(*at(i, r1)), axis=r1), name="row_max", tag="softmax")
-    total = te.compute(kept, lambda *i: te.sum(tirx.exp(x(*at(i, r2)) - mx(*i)), axis=r2), name="row_sum",
+    total = te.compute(kept, lambda *i: te.sum(fastmath.exp(x(*at(i, r2)) - mx(*i)), axis=r2), name="row_sum",
                        tag="softmax")
     return mx, total
 
@@ -61,7 +62,7 @@ class Softmax(RowOp):
     def compute(self, x, axis):
         axis = normalize_axis(self.name, axis, len(x.shape))
         mx, total = _row_stages(x, axis)
-        return te.compute(x.shape, lambda *i: tirx.exp(x(*i) - mx(*_kept(i, axis))) / total(*_kept(i, axis)),
+        return te.compute(x.shape, lambda *i: fastmath.exp(x(*i) - mx(*_kept(i, axis))) / total(*_kept(i, axis)),
                           name=self.name, tag=self.family)
 
     def reference(self, x, axis):

@@ -30,3 +30,6 @@ for name in ["equal", "greater_equal", "greater"]:
 CASES += [Case("cast", [(5, 6)], attrs={"dtype": "int32"}, grad=False), Case("cast", [(5, 6)], attrs={"dtype": "float64"}),
           Case("cast", [(4,)], "int32", attrs={"dtype": "float32"}, grad=False),
           Case("cast", [(4, 2)], attrs={"dtype": "bool"}, grad=False)]
+# exp and sigmoid across float32's whole range: overflow to inf, underflow to 0
+CASES += [Case("exp", [(257,)], low=-110.0, high=110.0, grad=False),
+          Case("sigmoid", [(257,)], low=-110.0, high=110.0, grad=False)]
