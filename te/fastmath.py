@@ -24,14 +24,17 @@ def exp(v):
     if dtype_of(v) != "float32":
         return tirx.exp(v)
     f = lambda c: tirx.const(c, "float32")  # noqa: E731
-    x = tirx.min(tirx.max(v, f(_LO)), f(_HI))
-    n = tirx.floor(x * f(_LOG2E) + f(0.5))
-    r = x - n * f(_LN2_HI) - n * f(_LN2_LO)
+    # Let-bound temporaries keep the expression (and its TVMScript) small.
+    x, n, r = (tirx.Var(name, "float32") for name in ("exp_x", "exp_n", "exp_r"))
     p = f(_POLY[0])
     for c in _POLY[1:]:
         p = p * r + f(c)
     p = p * r * r + r + f(1.0)
     scale = tirx.reinterpret("float32", (tirx.Cast("int32", n) + 127) << 23)
-    out = p * scale
-    out = tirx.Select(v > f(_HI), f(float("inf")), tirx.Select(v < f(_LO), f(0.0), out))
-    return tirx.Select(tirx.isnan(v), v, out)
+    body = tirx.Select(x > f(_HI), f(float("inf")), tirx.Select(x < f(_LO), f(0.0), p * scale))
+    body = tirx.Select(tirx.isnan(x), x, body)
+    clamped = tirx.min(tirx.max(x, f(_LO)), f(_HI))
+    n_value = tirx.floor(clamped * f(_LOG2E) + f(0.5))
+    body = tirx.Let(r, clamped - n * f(_LN2_HI) - n * f(_LN2_LO), body)
+    body = tirx.Let(n, n_value, body)
+    return tirx.Let(x, v, body)

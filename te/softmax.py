@@ -60,10 +60,17 @@ class Softmax(RowOp):
     name = "softmax"
 
     def compute(self, x, axis):
+        """exp(x - max) is its own stage so a schedule can compute it once per
+        element (the generic schedule inlines it into both of its readers)."""
         axis = normalize_axis(self.name, axis, len(x.shape))
-        mx, total = _row_stages(x, axis)
-        return te.compute(x.shape, lambda *i: fastmath.exp(x(*i) - mx(*_kept(i, axis))) / total(*_kept(i, axis)),
-                          name=self.name, tag=self.family)
+        shape = tuple(x.shape)
+        kept = tuple(1 if i == axis else d for i, d in enumerate(shape))
+        r1, r2 = te.reduce_axis((0, shape[axis]), "r1"), te.reduce_axis((0, shape[axis]), "r2")
+        at = lambda i, r: [r if k == axis else v for k, v in enumerate(i)]  # noqa: E731
+        mx = te.compute(kept, lambda *i: te.max(x(*at(i, r1)), axis=r1), name="row_max", tag="softmax")
+        e = te.compute(shape, lambda *i: fastmath.exp(x(*i) - mx(*_kept(i, axis))), name="row_exp", tag="softmax")
+        total = te.compute(kept, lambda *i: te.sum(e(*at(i, r2)), axis=r2), name="row_sum", tag="softmax")
+        return te.compute(shape, lambda *i: e(*i) / total(*_kept(i, axis)), name=self.name, tag=self.family)
 
     def reference(self, x, axis):
         e = np.exp(x - np.max(x, axis=axis, keepdims=True))
