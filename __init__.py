@@ -12,6 +12,8 @@ _configure_thread_pool()
 from . import errors, te  # noqa: E402
 from .errors import KilnError  # noqa: E402
 from .runtime import build, cpu, cuda  # noqa: E402
+from . import nn  # noqa: E402
+from .nn import Tensor, no_grad, optim  # noqa: E402
 
 __version__ = "0.1.0"
-__all__ = ["KilnError", "build", "cpu", "cuda", "errors", "te", "__version__"]
+__all__ = ["KilnError", "Tensor", "build", "cpu", "cuda", "errors", "nn", "no_grad", "optim", "te", "__version__"]

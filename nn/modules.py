@@ -1,0 +1,243 @@
+"""Modules (needle's ``nn``): parameters are found by walking attributes, and
+every forward is made of registered ops, so it runs as compiled kernels."""
+from __future__ import annotations
+
+import numpy as np
+
+from ..errors import ShapeError
+from ..te import call
+from . import init
+from .tensor import Tensor, no_grad
+
+
+class Parameter(Tensor):
+    """A tensor that a Module owns and an optimizer updates."""
+
+    def __init__(self, data, *, dtype=None, requires_grad: bool = True):
+        super().__init__(data, dtype=dtype, requires_grad=requires_grad)
+
+
+def _walk(value):
+    if isinstance(value, Parameter):
+        yield value
+    elif isinstance(value, Module):
+        for v in vars(value).values():
+            yield from _walk(v)
+    elif isinstance(value, (list, tuple)):
+        for v in value:
+            yield from _walk(v)
+    elif isinstance(value, dict):
+        for v in value.values():
+            yield from _walk(v)
+
+
+def _modules(value):
+    if isinstance(value, Module):
+        yield value
+        for v in vars(value).values():
+            yield from _modules(v)
+    elif isinstance(value, (list, tuple)):
+        for v in value:
+            yield from _modules(v)
+
+
+class Module:
+    training = True
+
+    def parameters(self) -> list[Parameter]:
+        seen, out = set(), []
+        for p in _walk(self):
+            if id(p) not in seen:
+                seen.add(id(p))
+                out.append(p)
+        return out
+
+    def train(self, mode: bool = True) -> "Module":
+        for m in _modules(self):
+            m.training = mode
+        return self
+
+    def eval(self) -> "Module":
+        return self.train(False)
+
+    def __call__(self, *args):
+        return self.forward(*args)
+
+    def forward(self, *args):
+        raise NotImplementedError
+
+
+class Identity(Module):
+    def forward(self, x):
+        return x
+
+
+class Linear(Module):
+    """y = x @ W + b with W (in, out): one fused ``dense`` kernel for 2-D inputs."""
+
+    def __init__(self, in_features: int, out_features: int, bias: bool = True, dtype="float32"):
+        self.in_features, self.out_features = in_features, out_features
+        self.weight = Parameter(init.kaiming_uniform(in_features, out_features, dtype=dtype))
+        self.bias = Parameter(init.kaiming_uniform(out_features, 1, shape=(out_features,), dtype=dtype)) if bias \
+            else None
+
+    def forward(self, x):
+        if self.bias is not None and x.ndim == 2:
+            return call("dense", x, self.weight, self.bias)
+        y = x @ self.weight
+        return y + self.bias if self.bias is not None else y
+
+
+class ReLU(Module):
+    def forward(self, x):
+        return call("relu", x)
+
+
+class Tanh(Module):
+    def forward(self, x):
+        return call("tanh", x)
+
+
+class Sigmoid(Module):
+    def forward(self, x):
+        return call("sigmoid", x)
+
+
+class Flatten(Module):
+    def forward(self, x):
+        return x.reshape(x.shape[0], -1)
+
+
+class Sequential(Module):
+    def __init__(self, *modules: Module):
+        self.modules = list(modules)
+
+    def forward(self, x):
+        for m in self.modules:
+            x = m(x)
+        return x
+
+
+class Residual(Module):
+    def __init__(self, fn: Module):
+        self.fn = fn
+
+    def forward(self, x):
+        return self.fn(x) + x
+
+
+class Dropout(Module):
+    """Zero each element with probability p while training (scaled by 1/(1-p))."""
+
+    def __init__(self, p: float = 0.5):
+        self.p = p
+
+    def forward(self, x):
+        if not self.training or self.p == 0:
+            return x
+        mask = init.randb(*x.shape, p=1 - self.p, dtype=x.dtype)
+        return x * mask * (1.0 / (1 - self.p))
+
+
+class SoftmaxLoss(Module):
+    """Mean softmax cross-entropy of logits (N, C) against integer labels (N,)."""
+
+    def forward(self, logits, labels):
+        labels = labels if isinstance(labels, Tensor) else Tensor(np.asarray(labels, dtype="int32"))
+        return call("softmax_cross_entropy", logits, labels)
+
+
+class LayerNorm1d(Module):
+    def __init__(self, dim: int, eps: float = 1e-5, dtype="float32"):
+        self.dim, self.eps = dim, eps
+        self.weight = Parameter(init.ones(dim, dtype=dtype))
+        self.bias = Parameter(init.zeros(dim, dtype=dtype))
+
+    def forward(self, x):
+        mean = x.mean(axis=-1, keepdims=True)
+        centered = x - mean
+        var = (centered * centered).mean(axis=-1, keepdims=True)
+        return centered / (var + self.eps).sqrt() * self.weight + self.bias
+
+
+class _BatchNorm(Module):
+    """Normalize over the batch (and spatial) axes; running statistics in eval."""
+
+    axes: tuple = (0,)
+
+    def __init__(self, dim: int, eps: float = 1e-5, momentum: float = 0.1, dtype="float32"):
+        self.dim, self.eps, self.momentum = dim, eps, momentum
+        self.weight = Parameter(init.ones(dim, dtype=dtype))
+        self.bias = Parameter(init.zeros(dim, dtype=dtype))
+        self.running_mean = init.zeros(dim, dtype=dtype)
+        self.running_var = init.ones(dim, dtype=dtype)
+
+    def _view(self, t, ndim):
+        shape = tuple(self.dim if i == 1 else 1 for i in range(ndim))
+        return t.reshape(shape)
+
+    def forward(self, x):
+        if x.shape[1] != self.dim:
+            raise ShapeError(f"got {x.shape}, expected {self.dim} features on axis 1", op=type(self).__name__,
+                             arg="x")
+        if self.training:
+            mean = x.mean(axis=self.axes)
+            centered = x - self._view(mean, x.ndim)
+            var = (centered * centered).mean(axis=self.axes)
+            with no_grad():
+                m = self.momentum
+                self.running_mean = self.running_mean * (1 - m) + mean.detach() * m
+                self.running_var = self.running_var * (1 - m) + var.detach() * m
+        else:
+            mean, var = self.running_mean, self.running_var
+            centered = x - self._view(mean, x.ndim)
+        scale = self._view(self.weight / (var + self.eps).sqrt(), x.ndim)
+        return centered * scale + self._view(self.bias, x.ndim)
+
+
+class BatchNorm1d(_BatchNorm):
+    axes = (0,)
+
+
+class BatchNorm2d(_BatchNorm):
+    axes = (0, 2, 3)
+
+
+class Conv(Module):
+    """NCHW convolution with bias, 'same' padding (kernel // 2) as in needle."""
+
+    def __init__(self, in_channels, out_channels, kernel_size, stride=1, bias=True, dtype="float32"):
+        self.in_channels, self.out_channels = in_channels, out_channels
+        self.kernel_size, self.stride, self.padding = kernel_size, stride, kernel_size // 2
+        fan_in, fan_out = in_channels * kernel_size ** 2, out_channels * kernel_size ** 2
+        self.weight = Parameter(init.kaiming_uniform(fan_in, fan_out, dtype=dtype, shape=(
+            out_channels, in_channels, kernel_size, kernel_size)))
+        bound = 1.0 / fan_in ** 0.5
+        self.bias = Parameter(init.rand(out_channels, low=-bound, high=bound, dtype=dtype)) if bias else None
+
+    def forward(self, x):
+        y = call("conv2d", x, self.weight, stride=self.stride, padding=self.padding)
+        return y + self.bias.reshape(1, self.out_channels, 1, 1) if self.bias is not None else y
+
+
+class MaxPool2d(Module):
+    def __init__(self, kernel_size, stride=None, padding=0):
+        self.attrs = dict(kernel=kernel_size, stride=stride, padding=padding)
+
+    def forward(self, x):
+        return call("max_pool2d", x, **self.attrs)
+
+
+class AvgPool2d(Module):
+    def __init__(self, kernel_size, stride=None, padding=0):
+        self.attrs = dict(kernel=kernel_size, stride=stride, padding=padding)
+
+    def forward(self, x):
+        return call("avg_pool2d", x, **self.attrs)
+
+
+class GlobalAvgPool2d(Module):
+    """(N, C, H, W) -> (N, C): the mean over each channel's plane."""
+
+    def forward(self, x):
+        return call("global_avg_pool2d", x).reshape(x.shape[0], x.shape[1])

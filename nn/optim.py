@@ -1,0 +1,85 @@
+"""Optimizers (needle's conventions). Updates run as compiled kernels on
+detached data, so no graph grows across steps.
+
+SGD: u <- momentum * u + (1 - momentum) * (grad + weight_decay * w);
+     w <- w - lr * u.
+Adam: m <- b1 m + (1 - b1) g;  v <- b2 v + (1 - b2) g^2;  with bias correction
+     w <- w - lr * m_hat / (sqrt(v_hat) + eps), g = grad + weight_decay * w.
+"""
+from __future__ import annotations
+
+from ..errors import AttrError
+from .tensor import Tensor, no_grad
+
+
+class Optimizer:
+    def __init__(self, params):
+        self.params = [p for p in params]
+        if not self.params:
+            raise AttrError("got no parameters, expected at least one", op=type(self).__name__, arg="params")
+
+    def zero_grad(self) -> None:
+        for p in self.params:
+            p.grad = None
+
+    reset_grad = zero_grad
+
+    def step(self) -> None:
+        with no_grad():
+            for i, p in enumerate(self.params):
+                if p.grad is not None:
+                    p.data = self.update(i, p.detach(), p.grad.detach())
+
+    def update(self, i: int, w: Tensor, g: Tensor) -> Tensor:
+        raise NotImplementedError
+
+
+def _check(name: str, value: float, low: float, high: float | None = None, owner: str = "optimizer"):
+    if not (value >= low and (high is None or value < high)):
+        raise AttrError(f"got {value}, expected a value in [{low}, {high if high is not None else 'inf'})",
+                        op=owner, arg=name)
+
+
+class SGD(Optimizer):
+    def __init__(self, params, lr=0.01, momentum=0.0, weight_decay=0.0):
+        super().__init__(params)
+        _check("lr", lr, 0.0, owner="SGD")
+        _check("momentum", momentum, 0.0, 1.0, owner="SGD")
+        _check("weight_decay", weight_decay, 0.0, owner="SGD")
+        self.lr, self.momentum, self.weight_decay = lr, momentum, weight_decay
+        self.u: dict[int, Tensor] = {}
+
+    def update(self, i, w, g):
+        if self.weight_decay:
+            g = g + w * self.weight_decay
+        if self.momentum:
+            g = self.u[i] * self.momentum + g * (1 - self.momentum) if i in self.u else g * (1 - self.momentum)
+            self.u[i] = g
+        return w - g * self.lr
+
+
+class Adam(Optimizer):
+    def __init__(self, params, lr=0.01, beta1=0.9, beta2=0.999, eps=1e-8, weight_decay=0.0):
+        super().__init__(params)
+        _check("lr", lr, 0.0, owner="Adam")
+        _check("beta1", beta1, 0.0, 1.0, owner="Adam")
+        _check("beta2", beta2, 0.0, 1.0, owner="Adam")
+        self.lr, self.beta1, self.beta2, self.eps, self.weight_decay = lr, beta1, beta2, eps, weight_decay
+        self.t = 0
+        self.m: dict[int, Tensor] = {}
+        self.v: dict[int, Tensor] = {}
+
+    def step(self) -> None:
+        self.t += 1
+        super().step()
+
+    def update(self, i, w, g):
+        if self.weight_decay:
+            g = g + w * self.weight_decay
+        b1, b2 = self.beta1, self.beta2
+        m = self.m[i] * b1 + g * (1 - b1) if i in self.m else g * (1 - b1)
+        v = self.v[i] * b2 + g * g * (1 - b2) if i in self.v else g * g * (1 - b2)
+        self.m[i], self.v[i] = m, v
+        m_hat = m / (1 - b1 ** self.t)
+        v_hat = v / (1 - b2 ** self.t)
+        return w - m_hat * self.lr / (v_hat.sqrt() + self.eps)
