@@ -1,8 +1,12 @@
 """kiln: a tensor-expression compiler for deep learning, built on TVM.
 
 Operators are declared once (``kiln.te``), scheduled per target
-(``kiln.schedules``), compiled and cached (``kiln.runtime``).
+(``kiln.schedules``), compiled and cached (``kiln.runtime``); ``kiln.nn``
+trains models on the compiled kernels and ``kiln.export`` writes a trained
+model as one compiled module.
 """
+import importlib
+
 from .config import configure_thread_pool as _configure_thread_pool
 
 # TVM's CPU pool defaults to half the hardware threads; size it to the cores
@@ -12,8 +16,22 @@ _configure_thread_pool()
 from . import errors, te  # noqa: E402
 from .errors import KilnError  # noqa: E402
 from .runtime import build, cpu, cuda  # noqa: E402
-from . import nn  # noqa: E402
-from .nn import Tensor, no_grad, optim  # noqa: E402
 
 __version__ = "0.1.0"
-__all__ = ["KilnError", "Tensor", "build", "cpu", "cuda", "errors", "nn", "no_grad", "optim", "te", "__version__"]
+
+# The training layer loads on first use, so that running an exported model
+# (kiln.runtime.Predictor) never imports it.
+_LAZY = {"nn": ("kiln.nn", None), "optim": ("kiln.nn.optim", None), "data": ("kiln.nn.data", None),
+         "Tensor": ("kiln.nn.tensor", "Tensor"), "no_grad": ("kiln.nn.tensor", "no_grad"),
+         "export": ("kiln.runtime.export", "export")}
+
+
+def __getattr__(name):
+    if name not in _LAZY:
+        raise AttributeError(f"module 'kiln' has no attribute {name!r}")
+    module, attr = _LAZY[name]
+    value = importlib.import_module(module)
+    return getattr(value, attr) if attr else value
+
+
+__all__ = ["KilnError", "build", "cpu", "cuda", "errors", "te", "__version__", *_LAZY]

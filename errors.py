@@ -60,3 +60,7 @@ class CacheError(KilnError):
 
 class KernelRuntimeError(KilnError, RuntimeError):
     """A compiled kernel rejected its arguments or failed while running."""
+
+
+class ExportError(KilnError):
+    """A model that cannot be exported, or an exported file that cannot be loaded."""

@@ -104,8 +104,10 @@ class Sigmoid(Module):
 
 
 class Flatten(Module):
+    """(N, ...) -> (N, prod(...)); N may be symbolic (exported models)."""
+
     def forward(self, x):
-        return x.reshape(x.shape[0], -1)
+        return x.reshape(x.shape[0], int(np.prod(x.shape[1:])))
 
 
 class Sequential(Module):

@@ -10,7 +10,6 @@ made of registered ops) and summing gradients over fan-out.
 from __future__ import annotations
 
 import contextlib
-import numbers
 import threading
 
 import numpy as np
@@ -19,6 +18,7 @@ import tvm
 from ..errors import DTypeError, ShapeError
 from ..runtime import build, cpu
 from ..te import call
+from ..te.value import ValueOps
 
 _state = threading.local()
 _kernels: dict = {}
@@ -65,7 +65,7 @@ def _to_device(data, dtype=None) -> tvm.runtime.Tensor:
     return tvm.runtime.tensor(np.ascontiguousarray(arr) if arr.ndim else arr.copy(), cpu().device())
 
 
-class Tensor:
+class Tensor(ValueOps):
     """An n-dimensional array on a device that records ops for autograd.
 
     Parameters
@@ -75,9 +75,6 @@ class Tensor:
         Python scalars and lists default to float32 (numpy arrays keep theirs).
     requires_grad : bool
     """
-
-    __array_priority__ = 1000  # numpy defers ``ndarray + Tensor`` to Tensor
-    __hash__ = object.__hash__
 
     def __init__(self, data, *, dtype=None, requires_grad: bool = False):
         source = data._array if isinstance(data, Tensor) else data
@@ -162,68 +159,6 @@ class Tensor:
             out_grad = Tensor(np.ones(self.shape, self.dtype))
         with contextlib.nullcontext() if create_graph else no_grad():
             backprop(self, out_grad)
-
-    # -- operators ------------------------------------------------------------------
-    def _binary(self, other, name: str, reverse: bool = False):
-        if isinstance(other, (Tensor, np.ndarray)):
-            a, b = (other, self) if reverse else (self, other)
-            return call(name, a, b)
-        if isinstance(other, numbers.Number):
-            if reverse and name in ("subtract", "divide"):
-                return call("r" + name + "_scalar", self, scalar=other)
-            return call(name + "_scalar", self, scalar=other)
-        return NotImplemented
-
-    __add__ = lambda self, o: self._binary(o, "add")  # noqa: E731
-    __radd__ = __add__
-    __sub__ = lambda self, o: self._binary(o, "subtract")  # noqa: E731
-    __rsub__ = lambda self, o: self._binary(o, "subtract", reverse=True)  # noqa: E731
-    __mul__ = lambda self, o: self._binary(o, "multiply")  # noqa: E731
-    __rmul__ = __mul__
-    __truediv__ = lambda self, o: self._binary(o, "divide")  # noqa: E731
-    __rtruediv__ = lambda self, o: self._binary(o, "divide", reverse=True)  # noqa: E731
-    __pow__ = lambda self, o: self._binary(o, "power")  # noqa: E731
-    __eq__ = lambda self, o: self._binary(o, "equal")  # noqa: E731
-    __ge__ = lambda self, o: self._binary(o, "greater_equal")  # noqa: E731
-    __gt__ = lambda self, o: self._binary(o, "greater")  # noqa: E731
-    __neg__ = lambda self: call("negate", self)  # noqa: E731
-    __matmul__ = lambda self, o: call("matmul", self, o)  # noqa: E731
-    __rmatmul__ = lambda self, o: call("matmul", o, self)  # noqa: E731
-
-    def __getitem__(self, index):
-        return call("getitem", self, index=index)
-
-    def reshape(self, *shape):
-        shape = shape[0] if len(shape) == 1 and isinstance(shape[0], (tuple, list)) else shape
-        return call("reshape", self, shape=tuple(shape))
-
-    def transpose(self, axes=None):
-        return call("transpose", self, axes=axes)
-
-    def permute(self, *axes):
-        return call("transpose", self, axes=tuple(axes[0] if len(axes) == 1 else axes))
-
-    def broadcast_to(self, shape):
-        return call("broadcast_to", self, shape=tuple(shape))
-
-    def sum(self, axis=None, keepdims=False):
-        return call("sum", self, axis=axis, keepdims=keepdims)
-
-    def mean(self, axis=None, keepdims=False):
-        return call("mean", self, axis=axis, keepdims=keepdims)
-
-    def max(self, axis=None, keepdims=False):
-        return call("max", self, axis=axis, keepdims=keepdims)
-
-    def astype(self, dtype):
-        return call("cast", self, dtype=dtype)
-
-    exp = lambda self: call("exp", self)  # noqa: E731
-    log = lambda self: call("log", self)  # noqa: E731
-    relu = lambda self: call("relu", self)  # noqa: E731
-    tanh = lambda self: call("tanh", self)  # noqa: E731
-    sigmoid = lambda self: call("sigmoid", self)  # noqa: E731
-    sqrt = lambda self: call("sqrt", self)  # noqa: E731
 
 
 def backprop(root: Tensor, out_grad: Tensor) -> None:

@@ -2,5 +2,6 @@
 from .build import build
 from .device import Target, as_target, cpu, cuda
 from .kernel import Kernel
+from .predictor import Predictor
 
-__all__ = ["Kernel", "Target", "as_target", "build", "cpu", "cuda"]
+__all__ = ["Kernel", "Predictor", "Target", "as_target", "build", "cpu", "cuda"]

@@ -46,12 +46,18 @@ def declare(op, shapes, dtypes, attrs, out_shapes, out_dtypes):
 def lower(op, shapes, dtypes, attrs, out_shapes, out_dtypes, target, config=None) -> Lowered:
     inputs, outs = declare(op, shapes, dtypes, attrs, out_shapes, out_dtypes)
     func = te.create_prim_func(inputs + outs)
+    return schedule(op, func, outs[0].op.name, shapes, dtypes, attrs, target, config)
+
+
+def schedule(op, func, out_block: str, shapes, dtypes, attrs, target, config=None) -> Lowered:
+    """Apply the template dispatch picks for (op, target) to the PrimFunc of
+    ``op`` (whose output block is ``out_block``), with the given knob values."""
     sch = tvm.s_tir.Schedule(func)
     cfg = Config(target, dict(config or {}),
                  workload={"op": op.name, "attrs": dict(attrs), "shapes": list(shapes), "dtypes": list(dtypes)})
     template = lookup(op, target.kind)
     try:
-        block = sch.get_sblock(outs[0].op.name)
+        block = sch.get_sblock(out_block)
         template(sch, block, cfg)
     except KilnError:
         raise

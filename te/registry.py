@@ -154,15 +154,17 @@ def call(name: str, *inputs, **attrs):
     """Apply the registered op ``name`` to values of an evaluation backend.
 
     Gradients are written with ``call`` so they stay graphs of registered ops.
-    The backend is the type of the first input that has ``_kiln_apply`` — the
-    autograd ``Tensor``, or the test suite's eager evaluator.
+    The backend is the type of an input that has ``_kiln_apply`` — the autograd
+    ``Tensor``, the exporter's traced value, or the test suite's evaluator —
+    the one with the highest ``_kiln_priority`` when inputs mix kinds.
     """
     op = get_op(name)
-    for value in inputs:
-        apply = getattr(type(value), "_kiln_apply", None)
-        if apply is not None:
-            return apply(op, inputs, attrs)
-    raise ShapeError("no input is a kiln value (a Tensor)", op=name, arg="inputs")
+    backends = [type(v) for v in inputs if hasattr(type(v), "_kiln_apply")]
+    if not backends:
+        raise ShapeError("no input is a kiln value (a Tensor)", op=name, arg="inputs")
+    # A backend that must see every op (the exporter's tracer) outranks eager ones.
+    backend = max(backends, key=lambda b: getattr(b, "_kiln_priority", 0))
+    return backend._kiln_apply(op, inputs, attrs)
 
 
 def describe(shapes, dtypes) -> str:
