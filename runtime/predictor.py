@@ -9,6 +9,7 @@ import tvm
 from tvm import relax
 
 from ..errors import DTypeError, ExportError, ShapeError
+from .elf import elf_problem
 
 FORMAT = "kiln-model-1"
 
@@ -24,6 +25,9 @@ class Predictor:
         self.path = Path(path)
         if not self.path.is_file():
             raise ExportError(f"no file at {self.path}", op="Predictor", arg="path")
+        problem = elf_problem(self.path)
+        if problem:
+            raise ExportError(f"{self.path} is not a loadable module: {problem}", op="Predictor", arg="path")
         try:
             lib = tvm.runtime.load_module(str(self.path))
         except Exception as exc:  # noqa: BLE001 - dlopen errors come back as TVM errors

@@ -1,0 +1,77 @@
+"""Exported models: one file, any batch size, equal to the model in eval mode,
+loadable without the training code, and clear errors for bad files and inputs."""
+import subprocess
+import sys
+import textwrap
+
+import numpy as np
+import pytest
+
+import kiln
+from kiln import nn
+from kiln.errors import DTypeError, ExportError, ShapeError
+from kiln.runtime import Predictor
+
+
+def _mlp():
+    nn.init.manual_seed(0)
+    return nn.Sequential(nn.Linear(64, 32), nn.ReLU(), nn.Residual(nn.Sequential(nn.Linear(32, 32), nn.ReLU())),
+                         nn.Linear(32, 10))
+
+
+def _cnn():
+    nn.init.manual_seed(0)
+    return nn.Sequential(nn.Conv(1, 4, 3), nn.BatchNorm2d(4), nn.ReLU(), nn.MaxPool2d(2), nn.Conv(4, 8, 3),
+                         nn.ReLU(), nn.GlobalAvgPool2d(), nn.Linear(8, 10))
+
+
+@pytest.mark.parametrize("make,shape", [(_mlp, (64,)), (_cnn, (1, 8, 8))], ids=["mlp", "cnn"])
+def test_one_file_serves_every_batch_size(tmp_path, make, shape):
+    model = make()
+    x = np.random.default_rng(0).random((64,) + shape).astype("float32")
+    model(kiln.Tensor(x))  # a training-mode pass moves BatchNorm's running statistics
+    path = kiln.export(model, x[:1], tmp_path / "model.so")
+    assert model.training, "export must restore the training mode"
+    predictor = Predictor(path)
+    model.eval()
+    for batch in (1, 7, 64):
+        np.testing.assert_allclose(predictor(x[:batch]), model(kiln.Tensor(x[:batch])).numpy(), atol=1e-5)
+
+
+def test_predictor_runs_without_the_training_code(tmp_path):
+    path = kiln.export(_mlp(), np.zeros((1, 64), "float32"), tmp_path / "model.so")
+    script = textwrap.dedent(f"""
+        import sys, numpy as np
+        class Block:
+            def find_spec(self, name, path=None, target=None):
+                if name.startswith(("kiln.nn", "kiln.autotune")):
+                    raise ImportError("blocked: " + name)
+        sys.meta_path.insert(0, Block())
+        from kiln.runtime import Predictor
+        out = Predictor({str(path)!r})(np.ones((3, 64), "float32"))
+        assert out.shape == (3, 10)
+        assert not any(m.startswith(("kiln.nn", "kiln.autotune")) for m in sys.modules)
+        print("ok")
+    """)
+    res = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=120)
+    assert res.returncode == 0 and res.stdout.strip() == "ok", res.stderr
+
+
+def test_bad_files_and_inputs_raise_clear_errors(tmp_path):
+    path = kiln.export(_mlp(), np.zeros((2, 64), "float32"), tmp_path / "model.so")
+    with pytest.raises(ExportError, match="no file"):
+        Predictor(tmp_path / "missing.so")
+    truncated = tmp_path / "truncated.so"
+    truncated.write_bytes(path.read_bytes()[:1000])
+    with pytest.raises(ExportError, match="not a loadable module"):
+        Predictor(truncated)
+    foreign = tmp_path / "foreign.so"
+    kiln.build("add", [(4,), (4,)])  # any compiled library without kiln's metadata
+    kiln.build("exp", [(3,)]).module.export_library(str(foreign))
+    with pytest.raises(ExportError, match="not a kiln model"):
+        Predictor(foreign)
+    predictor = Predictor(path)
+    with pytest.raises(ShapeError):
+        predictor(np.zeros((2, 63), "float32"))
+    with pytest.raises(DTypeError):
+        predictor(np.zeros((2, 64), "float64"))
