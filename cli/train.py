@@ -93,7 +93,8 @@ def run(args) -> int:
 def _progress(epoch: int, total: int):
     from tqdm import tqdm
 
-    return tqdm(total=total, desc=f"epoch {epoch}", unit="batch", leave=False, file=sys.stderr)
+    return tqdm(total=total, desc=f"epoch {epoch}", unit="batch", leave=False, file=sys.stderr,
+                disable=not sys.stderr.isatty())
 
 
 def _plot(history, path: str) -> str:

@@ -8,6 +8,8 @@ Adam: m <- b1 m + (1 - b1) g;  v <- b2 v + (1 - b2) g^2;  with bias correction
 """
 from __future__ import annotations
 
+import numpy as np
+
 from ..errors import AttrError
 from .tensor import Tensor, no_grad
 
@@ -80,6 +82,9 @@ class Adam(Optimizer):
         m = self.m[i] * b1 + g * (1 - b1) if i in self.m else g * (1 - b1)
         v = self.v[i] * b2 + g * g * (1 - b2) if i in self.v else g * g * (1 - b2)
         self.m[i], self.v[i] = m, v
-        m_hat = m / (1 - b1 ** self.t)
-        v_hat = v / (1 - b2 ** self.t)
-        return w - m_hat * self.lr / (v_hat.sqrt() + self.eps)
+        # The bias corrections change every step: pass them as 0-d tensors, so
+        # the same compiled kernels serve every step (a Python scalar would be
+        # baked into a new kernel each time).
+        c1 = Tensor(np.asarray(1 - b1 ** self.t, w.dtype))
+        c2 = Tensor(np.asarray(1 - b2 ** self.t, w.dtype))
+        return w - (m / c1) * self.lr / ((v / c2).sqrt() + self.eps)
