@@ -1,0 +1,88 @@
+"""The kernel cache: memory, then disk (atomic, content-hashed), then compile."""
+import os
+import stat
+import subprocess
+import sys
+import textwrap
+
+import numpy as np
+import pytest
+
+import kiln
+from kiln.runtime import cache
+
+PROBE = textwrap.dedent("""
+    import json, sys, numpy as np, kiln
+    from kiln.runtime import cache
+    shapes = [(37 + int(k), 5) for k in sys.argv[1].split(",")]
+    for s in shapes:
+        x = np.arange(np.prod(s), dtype="float32").reshape(s)
+        assert np.allclose(kiln.build("exp", [s])(x / 100), np.exp(x / 100), rtol=1e-5)
+    print(json.dumps({"compiled": cache.stats.compiled, "disk_hits": cache.stats.disk_hits,
+                      "corrupt": cache.stats.corrupt}))
+""")
+
+
+def probe(cache_dir, which="0", **env):
+    res = subprocess.run([sys.executable, "-c", PROBE, which], capture_output=True, text=True, timeout=300,
+                         env={**os.environ, "KILN_CACHE_DIR": str(cache_dir), **env})
+    assert res.returncode == 0, res.stderr
+    import json
+    return json.loads(res.stdout.strip().splitlines()[-1])
+
+
+def entries(cache_dir):
+    return sorted((cache_dir / "kernels").glob("*.so"))
+
+
+def test_a_second_process_reuses_the_disk_cache(tmp_path):
+    assert probe(tmp_path)["compiled"] == 1
+    again = probe(tmp_path)
+    assert again["compiled"] == 0 and again["disk_hits"] == 1
+    assert stat.S_IMODE((tmp_path / "kernels").stat().st_mode) == 0o700
+
+
+@pytest.mark.parametrize("damage", ["truncate", "garbage"])
+def test_a_damaged_entry_is_detected_and_rebuilt(tmp_path, damage):
+    probe(tmp_path)
+    (entry,) = entries(tmp_path)
+    data = entry.read_bytes()
+    entry.write_bytes(data[: len(data) // 2] if damage == "truncate" else b"\0" * len(data))
+    (tmp_path / "kernels" / "notes.txt").write_text("a foreign file is ignored")
+    res = probe(tmp_path)
+    assert res["corrupt"] == 1 and res["compiled"] == 1
+    assert probe(tmp_path)["compiled"] == 0  # the rebuilt entry is valid
+
+
+def test_concurrent_writers_leave_only_valid_entries(tmp_path):
+    cmd = [sys.executable, "-c", PROBE, "0,1,2,3,4,5"]
+    env = {**os.environ, "KILN_CACHE_DIR": str(tmp_path)}
+    procs = [subprocess.Popen(cmd, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE) for _ in range(3)]
+    for p in procs:
+        _, err = p.communicate(timeout=300)
+        assert p.returncode == 0, err.decode()
+    for entry in entries(tmp_path):
+        import hashlib
+        assert hashlib.sha256(entry.read_bytes()).hexdigest()[:32] == entry.name.split(".")[1]
+    assert not list((tmp_path / "kernels").glob(".*")), "temporary files left behind"
+    assert probe(tmp_path, "0,1,2,3,4,5")["compiled"] == 0
+
+
+def test_disk_cache_can_be_turned_off_and_an_unusable_dir_degrades_to_memory(tmp_path):
+    assert probe(tmp_path, KILN_DISK_CACHE="0")["compiled"] == 1
+    assert entries(tmp_path) == []
+    blocker = tmp_path / "file"
+    blocker.write_text("not a directory")
+    assert probe(blocker)["compiled"] == 1
+
+
+def test_memory_cache_returns_the_same_kernel_and_keys_cover_the_signature():
+    first = kiln.build("add", [(3, 4), (4,)])
+    compiled = cache.stats.compiled
+    assert kiln.build("add", [(3, 4), (4,)]) is first and cache.stats.compiled == compiled
+    base = ("add", {}, [(3, 4), (4,)], ["float32", "float32"], "llvm -mcpu=x", "{}")
+    variants = [("subtract",) + base[1:], (base[0], {"a": 1}) + base[2:], base[:2] + ([(3, 5), (5,)],) + base[3:],
+                base[:3] + (["float64", "float64"],) + base[4:], base[:4] + ("llvm -mcpu=y", "{}"),
+                base[:5] + ('{"vector":1}',)]
+    keys = {cache.key_of(*v) for v in variants + [base]}
+    assert len(keys) == len(variants) + 1
