@@ -64,3 +64,7 @@ class KernelRuntimeError(KilnError, RuntimeError):
 
 class ExportError(KilnError):
     """A model that cannot be exported, or an exported file that cannot be loaded."""
+
+
+class DataError(KilnError):
+    """A dataset file that is missing, truncated or not in the expected format."""

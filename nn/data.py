@@ -3,7 +3,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from ..errors import AttrError
+from ..errors import AttrError, DataError
 
 
 class Dataset:
@@ -59,7 +59,7 @@ class DataLoader:
 
 def digits(split="train", flatten=True):
     """scikit-learn's 8x8 digits in [0, 1]: per class, a permutation drawn with
-    seed 0 puts its first 80% in "train" (1,437 images) and the rest in "test" (360)."""
+    seed 0 puts its first round(80%) in "train" (1,438 images) and the rest in "test" (359)."""
     from sklearn.datasets import load_digits
 
     if split not in ("train", "test"):
@@ -76,3 +76,59 @@ def digits(split="train", flatten=True):
     idx = np.sort(np.concatenate(chosen))
     x = images[idx].reshape(len(idx), -1) if flatten else images[idx][:, None]
     return NDArrayDataset(x, labels[idx])
+
+
+IDX_FILES = {"train": ("train-images-idx3-ubyte", "train-labels-idx1-ubyte"),
+             "test": ("t10k-images-idx3-ubyte", "t10k-labels-idx1-ubyte")}
+IDX_MAGIC = {2051: 3, 2049: 1}  # images: 3 dims (N, rows, cols); labels: 1 dim (N,)
+
+
+def parse_idx(path) -> np.ndarray:
+    """An MNIST IDX file (raw or ``.gz``) as a uint8 array; the magic number,
+    the dims and the payload size are all checked."""
+    import gzip
+    from pathlib import Path
+
+    path = Path(path)
+    try:
+        raw = gzip.decompress(path.read_bytes()) if path.suffix == ".gz" else path.read_bytes()
+    except (OSError, EOFError) as exc:
+        raise DataError(f"cannot read {path}: {exc}", op="parse_idx", arg="path") from exc
+    if len(raw) < 8:
+        raise DataError(f"{path} is {len(raw)} bytes, too short for an IDX header", op="parse_idx", arg="path")
+    magic = int.from_bytes(raw[:4], "big")
+    if magic not in IDX_MAGIC:
+        raise DataError(f"{path} has magic number {magic}, expected 2051 (images) or 2049 (labels)",
+                        op="parse_idx", arg="path")
+    ndim = IDX_MAGIC[magic]
+    header = 4 + 4 * ndim
+    dims = tuple(int.from_bytes(raw[4 + 4 * i: 8 + 4 * i], "big") for i in range(ndim))
+    expected = header + int(np.prod(dims))
+    if len(raw) != expected:
+        raise DataError(f"{path} holds {len(raw)} bytes, its header {dims} says {expected}: truncated or padded",
+                        op="parse_idx", arg="path")
+    return np.frombuffer(raw, dtype=np.uint8, offset=header).reshape(dims)
+
+
+def mnist(data_dir, split="train", flatten=True):
+    """MNIST from local IDX files (``train-images-idx3-ubyte[.gz]`` and friends):
+    images in [0, 1] float32 (N, 784) or (N, 1, 28, 28), labels int32."""
+    from pathlib import Path
+
+    if split not in IDX_FILES:
+        raise AttrError(f"got {split!r}, expected 'train' or 'test'", op="mnist", arg="split")
+    if data_dir is None:
+        raise DataError("needs --data-dir, a folder with the MNIST IDX files", op="mnist", arg="data_dir")
+    found = []
+    for name in IDX_FILES[split]:
+        candidates = [Path(data_dir) / name, Path(data_dir) / (name + ".gz")]
+        path = next((c for c in candidates if c.is_file()), None)
+        if path is None:
+            raise DataError(f"no {name} or {name}.gz in {data_dir}", op="mnist", arg="data_dir")
+        found.append(parse_idx(path))
+    images, labels = found
+    if images.ndim != 3 or labels.ndim != 1 or len(images) != len(labels):
+        raise DataError(f"{len(images)} images but {len(labels)} labels", op="mnist", arg="data_dir")
+    x = images.astype("float32") / 255.0
+    x = x.reshape(len(x), -1) if flatten else x[:, None]
+    return NDArrayDataset(x, labels.astype("int32"))
