@@ -1,0 +1,46 @@
+"""The ``kiln`` command: ops, show, bench; errors exit 2 with one line."""
+import json
+import subprocess
+import sys
+
+import pytest
+
+from kiln.cli import main
+
+
+def test_ops_lists_every_registered_op(capsys):
+    assert main(["ops", "--json"]) == 0
+    names = {o["name"] for o in json.loads(capsys.readouterr().out)["ops"]}
+    import kiln
+    assert names == set(kiln.te.list_ops())
+
+
+def test_show_prints_template_config_and_script(capsys):
+    assert main(["show", "matmul", "--shape", "64x32x48"]) == 0
+    out = capsys.readouterr().out
+    assert "template: matmul.schedule_matmul" in out and "tile_m=" in out and "T.parallel" in out
+
+
+@pytest.mark.parametrize("op,shape,unit", [("add", "65536", "GB/s"), ("matmul", "128x128x128", "GFLOPS"),
+                                           ("sum", "256x256", "GB/s")])
+def test_bench_reports_kiln_numpy_and_their_ratio(capsys, op, shape, unit):
+    assert main(["bench", op, "--shape", shape, "--repeat", "3", "--json"]) == 0
+    res = json.loads(capsys.readouterr().out)
+    key = "gflops" if unit == "GFLOPS" else "gbps"
+    assert res["unit"] == unit and res["kiln"][key] > 0 and res["numpy"][key] > 0
+    assert res["ratio"] == pytest.approx(res["numpy"]["median_s"] / res["kiln"]["median_s"])
+
+
+@pytest.mark.parametrize("argv,needle", [(["bench", "nope", "--shape", "4"], "no op named"),
+                                         (["bench", "add", "--shape", "4xq"], "--shape"),
+                                         (["show", "sum", "--shape", "4x4", "--attr", "axis=5"], "out of range"),
+                                         (["show", "add", "--shape", "4", "--target", "cuda:sm_80"], "cuda")])
+def test_errors_are_one_line_and_exit_2(capsys, argv, needle):
+    assert main(argv) == 2
+    err = capsys.readouterr().err
+    assert err.startswith("kiln: error:") and needle in err and "Traceback" not in err
+
+
+def test_console_entry_point_runs():
+    res = subprocess.run([sys.executable, "-m", "kiln.cli", "ops"], capture_output=True, text=True, timeout=120)
+    assert res.returncode == 0 and "matmul" in res.stdout
