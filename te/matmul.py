@@ -11,7 +11,7 @@ from __future__ import annotations
 import numpy as np
 from tvm import te, tirx
 
-from ..errors import ShapeError
+from ..errors import AttrError, ShapeError
 from . import attrs as A
 from .grad import cast_like, unbroadcast
 from .registry import Op, call, register
@@ -19,14 +19,20 @@ from .shapes import (FLOATS, NUMERIC, broadcast_index, broadcast_shapes, dtype_o
                      shape_str, size, static)
 
 
-def _matmul_shapes(op: str, a, b):
+def _swap(shape):
+    return tuple(shape[:-2]) + (shape[-1], shape[-2])
+
+
+def _matmul_shapes(op: str, a, b, transpose_a=False, transpose_b=False):
     """(batch shape, M, K, N, a is 1-D, b is 1-D), validating the operands."""
     if len(a) == 0 or len(b) == 0:
         raise ShapeError(f"got {shape_str(a)} @ {shape_str(b)}, expected operands of rank >= 1", op=op,
                          arg="shapes")
     a_vec, b_vec = len(a) == 1, len(b) == 1
-    a2 = (1,) + tuple(a) if a_vec else tuple(a)
-    b2 = tuple(b) + (1,) if b_vec else tuple(b)
+    if (transpose_a and a_vec) or (transpose_b and b_vec):
+        raise AttrError("a 1-D operand cannot be transposed", op=op, arg="transpose_a" if a_vec else "transpose_b")
+    a2 = (1,) + tuple(a) if a_vec else (_swap(a) if transpose_a else tuple(a))
+    b2 = tuple(b) + (1,) if b_vec else (_swap(b) if transpose_b else tuple(b))
     if not same_dim(a2[-1], b2[-2]):
         raise ShapeError(f"got {shape_str(a)} @ {shape_str(b)}: inner dims {static(a2[-1])} and {static(b2[-2])} "
                          "differ", op=op, arg="shapes")
@@ -34,17 +40,18 @@ def _matmul_shapes(op: str, a, b):
     return batch, a2[-2], a2[-1], b2[-1], a_vec, b_vec
 
 
-def matmul_expr(a, b, dt, name: str):
-    """The (batched) matmul tensor expression, before dropping 1-D dims."""
+def matmul_expr(a, b, dt, name: str, transpose_a=False, transpose_b=False):
+    """The (batched) matmul tensor expression, before dropping 1-D dims; a
+    transposed operand is read with its last two indices swapped."""
     a_shape, b_shape = tuple(a.shape), tuple(b.shape)
-    batch, m, k, n, a_vec, b_vec = _matmul_shapes(name, a_shape, b_shape)
+    batch, m, k, n, a_vec, b_vec = _matmul_shapes(name, a_shape, b_shape, transpose_a, transpose_b)
     nb = len(batch)
     rk = te.reduce_axis((0, k), "k")
 
     def body(*i):
         bi, mi, ni = i[:nb], i[nb], i[nb + 1]
-        ai = ([rk] if a_vec else broadcast_index(bi, a_shape[:-2], nb) + [mi, rk])
-        bj = ([rk] if b_vec else broadcast_index(bi, b_shape[:-2], nb) + [rk, ni])
+        ai = ([rk] if a_vec else broadcast_index(bi, a_shape[:-2], nb) + ([rk, mi] if transpose_a else [mi, rk]))
+        bj = ([rk] if b_vec else broadcast_index(bi, b_shape[:-2], nb) + ([ni, rk] if transpose_b else [rk, ni]))
         return te.sum(a(*ai).astype(dt) * b(*bj).astype(dt), axis=rk)
 
     return te.compute(tuple(batch) + (m, n), body, name=name, tag="matmul")
@@ -52,25 +59,30 @@ def matmul_expr(a, b, dt, name: str):
 
 @register
 class Matmul(Op):
+    """numpy's matmul, optionally of an operand's transpose (its last two axes
+    swapped), which gradients use instead of materializing a transpose."""
+
     name = "matmul"
     arity = 2
     family = "matmul"
     dtypes = NUMERIC
+    attrs = {"transpose_a": A.Attr(A.boolean, default=False, doc="use a's last two axes swapped"),
+             "transpose_b": A.Attr(A.boolean, default=False, doc="use b's last two axes swapped")}
 
-    def infer_shape(self, a, b):
-        batch, m, _, n, a_vec, b_vec = _matmul_shapes(self.name, a, b)
+    def infer_shape(self, a, b, transpose_a, transpose_b):
+        batch, m, _, n, a_vec, b_vec = _matmul_shapes(self.name, a, b, transpose_a, transpose_b)
         return tuple(batch) + (() if a_vec else (m,)) + (() if b_vec else (n,))
 
-    def infer_dtype(self, a, b):
+    def infer_dtype(self, a, b, **attrs):
         return result_type(a, b)
 
-    def compute(self, a, b):
+    def compute(self, a, b, transpose_a, transpose_b):
         dt = result_type(dtype_of(a), dtype_of(b))
         a_vec, b_vec = len(a.shape) == 1, len(b.shape) == 1
         if not (a_vec or b_vec):
-            return matmul_expr(a, b, dt, self.name)
+            return matmul_expr(a, b, dt, self.name, transpose_a, transpose_b)
         full = matmul_expr(a, b, dt, "matmul_full")
-        out = self.infer_shape(tuple(a.shape), tuple(b.shape))
+        out = self.infer_shape(tuple(a.shape), tuple(b.shape), False, False)
         nb = len(full.shape) - 2
 
         def drop(*i):
@@ -81,11 +93,12 @@ class Matmul(Op):
 
         return te.compute(out, drop, name=self.name, tag="injective")
 
-    def reference(self, a, b):
-        return np.matmul(a, b)
+    def reference(self, a, b, transpose_a, transpose_b):
+        return np.matmul(np.swapaxes(a, -1, -2) if transpose_a else a, np.swapaxes(b, -1, -2) if transpose_b else b)
 
     def flops(self, shapes, **attrs):
-        batch, m, k, n, _, _ = _matmul_shapes(self.name, *shapes)
+        batch, m, k, n, _, _ = _matmul_shapes(self.name, *shapes, attrs.get("transpose_a", False),
+                                              attrs.get("transpose_b", False))
         total = 2 * size(batch) * static(m) * static(k) * static(n)
         return float(total) if isinstance(total, int) else 0.0
 
@@ -93,8 +106,17 @@ class Matmul(Op):
         a, b = node.inputs
         if len(a.shape) == 1 or len(b.shape) == 1:
             return self._vector_gradient(g, a, b)
-        ga = call("matmul", g, call("transpose", b, axes=_swap_last(len(b.shape))))
-        gb = call("matmul", call("transpose", a, axes=_swap_last(len(a.shape))), g)
+        ta, tb = node.attrs["transpose_a"], node.attrs["transpose_b"]
+        # C = op(A) op(B): each adjoint is one more matmul with transposed operands.
+        if not ta and not tb:
+            ga, gb = call("matmul", g, b, transpose_b=True), call("matmul", a, g, transpose_a=True)
+        elif ta and not tb:
+            ga, gb = call("matmul", b, g, transpose_b=True), call("matmul", a, g)
+        elif tb and not ta:
+            ga, gb = call("matmul", g, b), call("matmul", g, a, transpose_a=True)
+        else:
+            ga = call("matmul", b, g, transpose_a=True, transpose_b=True)
+            gb = call("matmul", g, a, transpose_a=True, transpose_b=True)
         return unbroadcast(ga, a.shape), unbroadcast(gb, b.shape)
 
     @staticmethod
@@ -104,14 +126,10 @@ class Matmul(Op):
         b2 = call("reshape", b, shape=tuple(b.shape) + (1,)) if len(b.shape) == 1 else b
         out2 = tuple(call("matmul", a2, b2).shape)
         g2 = call("reshape", g, shape=out2)
-        ga = call("matmul", g2, call("transpose", b2, axes=_swap_last(len(b2.shape))))
-        gb = call("matmul", call("transpose", a2, axes=_swap_last(len(a2.shape))), g2)
+        ga = call("matmul", g2, b2, transpose_b=True)
+        gb = call("matmul", a2, g2, transpose_a=True)
         return (call("reshape", unbroadcast(ga, a2.shape), shape=tuple(a.shape)),
                 call("reshape", unbroadcast(gb, b2.shape), shape=tuple(b.shape)))
-
-
-def _swap_last(ndim: int) -> tuple:
-    return tuple(range(ndim - 2)) + (ndim - 1, ndim - 2)
 
 
 @register
@@ -160,6 +178,6 @@ class Dense(Op):
         x, w, b = node.inputs
         if node.attrs["relu"]:
             g = call("multiply", g, cast_like(call("greater_scalar", node, scalar=0), g))
-        gx = call("matmul", g, call("transpose", w))
-        gw = call("matmul", call("transpose", x), g)
+        gx = call("matmul", g, w, transpose_b=True)
+        gw = call("matmul", x, g, transpose_a=True)
         return gx, gw, call("sum", g, axis=0)

@@ -68,7 +68,11 @@ def schedule_matmul(sch, block, cfg: Config) -> None:
     if pack_b:
         b_source = _read_name(sch, red, 1)
         pack = sch.cache_read(red, 1, "global")
-        sch.transform_layout(red, ("read", 1), lambda *i: (*i[:-2], i[-1] // tile_n, i[-2], i[-1] % tile_n))
+        if cfg.workload["attrs"].get("transpose_b"):  # B is read as b[..., n, k]
+            layout = lambda *i: (*i[:-2], i[-2] // tile_n, i[-1], i[-2] % tile_n)  # noqa: E731
+        else:
+            layout = lambda *i: (*i[:-2], i[-1] // tile_n, i[-2], i[-1] % tile_n)  # noqa: E731
+        sch.transform_layout(red, ("read", 1), layout)
         for producer in sch.get_producers(pack):  # B's padding goes into the pack
             if sch.get(producer).name_hint == b_source:
                 try_inline(sch, producer)

@@ -10,3 +10,9 @@ CASES = [
     Case("dense", [(1, 6), (6, 2), (2,)], "float64"),
     Case("dense", [(33, 70), (70, 20), (20,)], attrs={"relu": True}, grad=False),
 ]
+CASES += [
+    Case("matmul", [(7, 5), (7, 3)], attrs={"transpose_a": True}), Case("matmul", [(5, 7), (3, 7)], attrs={"transpose_b": True}),
+    Case("matmul", [(2, 7, 5), (3, 7)], attrs={"transpose_a": True, "transpose_b": True}),
+    Case("matmul", [(130, 67), (33, 130)], attrs={"transpose_a": True, "transpose_b": True}, grad=False),
+    Case("matmul", [(64, 100), (10, 100)], attrs={"transpose_b": True}, grad=False),
+]
