@@ -39,7 +39,34 @@ class NDArrayDataset(Dataset):
         return (self.apply_transforms(first), *rest)
 
 
+class RandomFlipHorizontal:
+    """Mirror an H x W x C image left-right with probability ``p`` (needle's layout)."""
+
+    def __init__(self, p: float = 0.5, seed=None):
+        self.p, self.rng = p, np.random.default_rng(seed)
+
+    def __call__(self, img):
+        return img[:, ::-1].copy() if self.rng.random() < self.p else img
+
+
+class RandomCrop:
+    """Zero-pad an H x W x C image by ``padding`` and crop it back to H x W at a
+    random shift in [-padding, padding] on each axis."""
+
+    def __init__(self, padding: int = 3, seed=None):
+        self.padding, self.rng = padding, np.random.default_rng(seed)
+
+    def __call__(self, img):
+        p = self.padding
+        dy, dx = self.rng.integers(-p, p + 1, size=2)
+        padded = np.pad(img, ((p, p), (p, p)) + ((0, 0),) * (img.ndim - 2))
+        h, w = img.shape[:2]
+        return padded[p + dy:p + dy + h, p + dx:p + dx + w].copy()
+
+
 class DataLoader:
+    """Batches of stacked numpy arrays; a new shuffle (from ``seed``) every epoch."""
+
     def __init__(self, dataset, batch_size=1, shuffle=False, drop_last=False, seed=None):
         if not isinstance(batch_size, int) or batch_size < 1:
             raise AttrError(f"got {batch_size!r}, expected an integer >= 1", op="DataLoader", arg="batch_size")
