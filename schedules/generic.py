@@ -69,16 +69,17 @@ def schedule_reduction(sch, block, cfg: Config, prefix: str = "") -> None:
     red_n = _work(sch, reduce)
     inner_reduce = bool(kinds) and kinds[-1]
     # rfactor needs an output axis to hang the partial results on (TVM cannot
-    # rfactor into a 0-d output).
-    use_rf = cfg.define_knob(prefix + "rfactor", (0, 1), default=int(
-        inner_reduce and bool(spatial) and red_n is not None and red_n >= 2 * lanes and red_n % lanes == 0
-        and last_sp is not None and last_sp < lanes)) if spatial else 0
+    # rfactor into a 0-d output) and a slice that divides the reduction (a
+    # predicated slice gives wrong partial results).
+    can_rf = bool(spatial) and red_n is not None and red_n >= 2 * lanes and red_n % lanes == 0
+    use_rf = cfg.define_knob(prefix + "rfactor", (0, 1) if can_rf else (0,), default=int(
+        can_rf and inner_reduce and last_sp is not None and last_sp < lanes)) if spatial else 0
     par = cfg.define_knob(prefix + "parallel", (0, 1), default=int(
         bool(spatial) and (n_out is None or n_out * (red_n or 1) >= PARALLEL_MIN)))
     if not spatial:
         _full_reduction(sch, block, reduce, red_n, lanes, cfg, prefix)
     elif use_rf:
-        _rfactor(sch, block, spatial, reduce, lanes, par, cfg, prefix)
+        _rfactor(sch, block, spatial, reduce, red_n, lanes, par, cfg, prefix)
     else:
         _vectorize_outputs(sch, block, spatial, reduce, lanes, par, cfg, prefix)
 
@@ -134,10 +135,10 @@ def _vectorize_outputs(sch, block, spatial, reduce, lanes, par, cfg, prefix):
         sch.decompose_reduction(block, sch.get_loops(block)[1])
 
 
-def _rfactor(sch, block, spatial, reduce, lanes, par, cfg, prefix):
+def _rfactor(sch, block, spatial, reduce, red_n, lanes, par, cfg, prefix):
     """Split the reduction into ``vector`` partial results computed with vector
     instructions, then combine them: the rfactor of the innermost slice."""
-    vec = cfg.define_knob(prefix + "vector", (lanes, 2 * lanes), default=lanes)
+    vec = cfg.define_knob(prefix + "vector", tuple(v for v in (lanes, 2 * lanes) if red_n % v == 0), default=lanes)
     r = sch.fuse(*reduce) if len(reduce) > 1 else reduce[0]
     _, r_inner = sch.split(r, [None, vec])
     rf = sch.rfactor(r_inner, factor_axis=len(spatial))

@@ -1,0 +1,34 @@
+"""Every CPU template, at random valid configs from its knob space, still
+matches numpy on odd shapes (the tuner will search the same spaces)."""
+import numpy as np
+import pytest
+
+import kiln
+from kiln.autotune import sample_config
+from kiln.te import get_op
+
+from helpers import Case, assert_close, random_inputs
+
+WORKLOADS = [
+    Case("matmul", [(37, 29), (29, 45)]), Case("matmul", [(3, 17, 9), (9, 70)]),
+    Case("matmul", [(29, 37), (45, 29)], attrs={"transpose_a": True, "transpose_b": True}),
+    Case("dense", [(13, 33), (33, 20), (20,)], attrs={"relu": True}),
+    Case("add", [(33, 17), (17,)]), Case("exp", [(1000, 3)]),
+    Case("sum", [(13, 70)], attrs={"axis": 1}), Case("max", [(70, 13)], attrs={"axis": 0}), Case("sum", [(999,)]),
+    Case("softmax", [(7, 50)]), Case("log_softmax", [(5, 64)]),
+    Case("conv2d", [(1, 3, 9, 11), (5, 3, 3, 3)], attrs={"padding": 1}),
+    Case("conv2d", [(2, 9, 7, 3), (3, 3, 3, 6)], attrs={"layout": "NHWC", "stride": 2}),
+]
+
+
+@pytest.mark.parametrize("case", WORKLOADS, ids=str)
+@pytest.mark.parametrize("seed", [0, 1, 2])
+def test_random_configs_match_numpy(case, seed):
+    rng = np.random.default_rng(seed)
+    dtypes = case.dtype_list()
+    config = sample_config(case.op, case.shapes, dtypes, case.attrs, rng=rng)
+    kernel = kiln.build(case.op, case.shapes, dtypes, case.attrs, config=config)
+    arrays = random_inputs(case, rng)
+    op = get_op(case.op)
+    assert_close(kernel(*arrays), op.reference(*arrays, **op.parse_attrs(case.attrs)), "float32",
+                 f"{case} with {config}")
