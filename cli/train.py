@@ -85,6 +85,8 @@ def run(args) -> int:
         e = result["export"]
         print(f"exported {e['path']} ({e['seconds']:.1f}s); its predictions for 8 test images: {e['predictions']} "
               f"(labels {e['labels']}), same as the model: {'yes' if e['matches_model'] else 'NO'}")
+    if args.plot:
+        print(f"loss curve: {result['plot']}")
     k = result["kernels"]
     print(f"kernels: {k['compiled']} compiled, {k['from_disk_cache']} loaded from the disk cache")
     return 0
