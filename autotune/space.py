@@ -13,7 +13,7 @@ import numpy as np
 from ..errors import ScheduleError
 from ..runtime.device import as_target
 from ..runtime.lower import lower
-from ..schedules.config import Knob, Split
+from ..schedules.config import Knob
 from ..te import get_op
 
 

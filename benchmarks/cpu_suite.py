@@ -116,7 +116,7 @@ def memory_rows(repeat, triad, torch):
 
 
 def markdown(result) -> str:
-    lines = [f"# CPU benchmark results", "",
+    lines = ["# CPU benchmark results", "",
              f"Measured {result['date']} on `{result['cpu']}` with {result['threads']} threads "
              f"(FMA peak {result['fma_peak_gflops']:.0f} GFLOPS, triad {result['triad_gbps']:.1f} GB/s, "
              f"PyTorch {result['torch'] or 'absent'}), by `python benchmarks/cpu_suite.py`. Default (untuned) "
