@@ -1,4 +1,31 @@
-"""Searching a template's knobs: the space of valid configs (``space.py``)."""
-from .space import sample_config
+"""Tuning a template's knobs: tasks, spaces, tuners, runners and records.
 
-__all__ = ["sample_config"]
+>>> task = kiln.autotune.Task.create("matmul", [(512, 512), (512, 512)])
+>>> result = kiln.autotune.tune(task, trials=32, tuner="xgb")
+>>> kiln.autotune.best(task)            # the best record, used by kiln.build
+"""
+from ..runtime import records as _records
+from .runners import Builder, LocalRunner, RPCRunner
+from .space import Space
+from .task import Task
+from .tune import TuneResult, tune
+from .tuners import TUNERS, GridTuner, RandomTuner, XGBTuner
+
+
+def load_records(path, task: Task | None = None) -> list[dict]:
+    """The records in ``path`` (of one task when given); torn lines are skipped with a warning."""
+    return _records.load(path, task.key if task is not None else None)
+
+
+def best(task: Task, path=None) -> dict | None:
+    """The best record of ``task`` in ``path`` (default: kiln's records file)."""
+    return _records.best(_records.load(path or _records.default_path(), task.key))
+
+
+def apply_records(path) -> None:
+    """Make ``kiln.build`` use the best configs in ``path`` as well as the default records."""
+    _records.apply(path)
+
+
+__all__ = ["Task", "Space", "tune", "TuneResult", "Builder", "LocalRunner", "RPCRunner", "TUNERS", "RandomTuner",
+           "GridTuner", "XGBTuner", "load_records", "best", "apply_records"]

@@ -1,58 +1,119 @@
-"""The search space of a template: the knobs it declares for one workload.
+"""The search space of a task: the knobs its template declares.
 
-Knobs are declared while the template runs, and some depend on others (the
-matmul's ``tile_k`` options depend on ``unroll_k``), so a config is sampled
-the way the template reads it: lower with the defaults to learn the space,
-draw a value for every knob, lower again, and re-draw (or drop back to the
-default) any knob the template rejects for the values drawn before it.
+The template is run once with its defaults to learn the knobs. Some knobs
+constrain others (the matmul's ``tile_k`` must be a multiple of ``unroll_k``),
+so a config is valid when the template accepts it: ``check`` lowers it (a few
+milliseconds) and memoizes the answer together with the config's features.
+Configs are canonical — every declared knob with its value — so two spellings
+of one schedule are one point of the space.
 """
 from __future__ import annotations
 
+import itertools
+import math
+from typing import Iterator
+
 import numpy as np
 
-from ..errors import ScheduleError
-from ..runtime.device import as_target
-from ..runtime.lower import lower
+from ..errors import KilnError
+from ..schedules import config_key
 from ..schedules.config import Knob
-from ..te import get_op
+from . import features
 
 
-def draw(knob, rng: np.random.Generator):
-    """A random value of one knob."""
-    if isinstance(knob, Knob):
-        return knob.options[int(rng.integers(len(knob.options)))]
-    room, factors = knob.extent or 4096, []
-    for _ in range(knob.parts - 1):
-        options = [c for c in knob.candidates() if c <= max(room, 1)]
-        f = int(options[int(rng.integers(len(options)))])
-        factors.append(f)
-        room //= f
-    return tuple(factors)
+class Space:
+    def __init__(self, task):
+        self.task = task
+        lowered = task.lower({})
+        self.knobs = dict(sorted(lowered.cfg.space.items()))
+        self.default = lowered.cfg.resolved()
+        self._task_features = features.task_features(task)
+        self._checked: dict[str, dict | None] = {}
+        self._features: dict[str, dict] = {}
+        self._remember(self.default, lowered)
 
+    # -- the knobs ----------------------------------------------------------------
+    def choices(self, name: str) -> list:
+        knob = self.knobs[name]
+        if isinstance(knob, Knob):
+            return list(knob.options)
+        return [t for t in itertools.product(knob.candidates(), repeat=knob.parts - 1)
+                if knob.extent is None or math.prod(t) <= max(knob.extent, 1)]
 
-def sample_config(op, shapes, dtypes=None, attrs=None, target=None, rng=None, tries: int = 20) -> dict:
-    """A random valid config (knob name -> value) of ``op``'s template."""
-    op, target = get_op(op), as_target(target)
-    rng = rng or np.random.default_rng()
-    dtypes = list(dtypes) if isinstance(dtypes, (list, tuple)) else [dtypes or "float32"] * len(shapes)
-    parsed, out_shapes, out_dtypes = op.check(shapes, dtypes, attrs)
+    @property
+    def size(self) -> int:
+        """Points of the knob grid (some may be rejected by the template)."""
+        return math.prod(len(self.choices(n)) for n in self.knobs)
 
-    def space_of(values):
-        return lower(op, shapes, dtypes, parsed, out_shapes, out_dtypes, target, values).cfg.space
+    # -- validity -----------------------------------------------------------------
+    def check(self, config: dict) -> dict | None:
+        """The canonical form of ``config``, or None when the template rejects it."""
+        key = config_key(config)
+        if key not in self._checked:
+            try:
+                lowered = self.task.lower(config)
+            except KilnError:
+                self._checked[key] = None
+            else:
+                self._checked[key] = self._remember(config, lowered)
+        found = self._checked[key]
+        return dict(found) if found is not None else None
 
-    values = {name: draw(knob, rng) for name, knob in space_of({}).items()}
-    for _ in range(tries):
-        try:
-            space = space_of(values)
-        except ScheduleError as exc:
-            if exc.arg not in values:
-                raise
-            knob = space_of({k: v for k, v in values.items() if k != exc.arg}).get(exc.arg)
-            values[exc.arg] = draw(knob, rng) if knob is not None and rng.random() < 0.5 else None
-            values = {k: v for k, v in values.items() if v is not None}
-            continue
-        unseen = {name: draw(knob, rng) for name, knob in space.items() if name not in values}
-        if not unseen:
-            return values
-        values.update(unseen)
-    raise ScheduleError(f"no valid config found in {tries} draws", op=op.name, arg="config")
+    def _remember(self, config: dict, lowered) -> dict:
+        canonical = lowered.cfg.resolved()
+        key = config_key(canonical)
+        self._checked[config_key(config)] = self._checked[key] = canonical
+        if key not in self._features:
+            self._features[key] = {**features.config_features(self.knobs, canonical),
+                                   **features.loop_features(lowered.sch.mod["main"]), **self._task_features}
+        return canonical
+
+    def features(self, config: dict) -> dict:
+        """Named features of a valid config (see ``features.py``)."""
+        canonical = self.check(config)
+        if canonical is None:
+            raise KeyError(f"config {config} is not valid for {self.task.name}")
+        return self._features[config_key(canonical)]
+
+    # -- moving around ------------------------------------------------------------
+    def sample(self, rng: np.random.Generator, tries: int = 100) -> dict | None:
+        """A random valid config (None if ``tries`` draws found none)."""
+        for _ in range(tries):
+            found = self.check(self.draw(rng))
+            if found is not None:
+                return found
+        return None
+
+    def step(self, config: dict, rng: np.random.Generator) -> dict:
+        """``config`` with one knob moved one or two places along its (ordered)
+        options; not checked against the template (cheap, for annealing)."""
+        names = [n for n in self.knobs if len(self.choices(n)) > 1]
+        if not names:
+            return dict(config)
+        name = names[int(rng.integers(len(names)))]
+        options = self.choices(name)
+        value = config.get(name, self.knobs[name].default)
+        here = options.index(value) if value in options else 0
+        there = min(max(here + int(rng.choice([-2, -1, 1, 2])), 0), len(options) - 1)
+        return dict(config, **{name: options[there]})
+
+    def neighbour(self, config: dict, rng: np.random.Generator, tries: int = 20) -> dict | None:
+        """A valid config one ``step`` away from ``config``."""
+        for _ in range(tries):
+            found = self.check(self.step(config, rng))
+            if found is not None and found != config:
+                return found
+        return None
+
+    def grid(self) -> Iterator[dict]:
+        """Every valid config, in a fixed order (the default first)."""
+        yield dict(self.default)
+        names = list(self.knobs)
+        for values in itertools.product(*(self.choices(n) for n in names)):
+            found = self.check(dict(zip(names, values)))
+            if found is not None and found != self.default:
+                yield found
+
+    def draw(self, rng: np.random.Generator) -> dict:
+        """A uniform point of the knob grid; not checked against the template."""
+        return {n: (opts := self.choices(n))[int(rng.integers(len(opts)))] for n in self.knobs}

@@ -3,12 +3,14 @@ from __future__ import annotations
 
 from typing import Mapping, Sequence
 
+import warnings
+
 import numpy as np
 
-from ..errors import DTypeError
+from ..errors import DTypeError, KilnError
 from ..schedules import config_key
 from ..te import get_op
-from . import cache
+from . import cache, records
 from .device import as_target
 from .kernel import Kernel
 from .lower import compile_lowered, lower
@@ -30,6 +32,9 @@ def build(op, shapes: Sequence, dtypes: Sequence[str] | str | None = None, attrs
     target : kiln.cpu(), kiln.cuda(arch), "cpu" or "cuda[:sm_XX]", optional
     config : mapping, optional
         Knob values for the op's template; missing knobs take the defaults.
+        When omitted, the best tuning record of this task is used if there is
+        one (``kiln tune``, ``kiln.autotune.apply_records``); ``{}`` forces
+        the template defaults.
 
     Returns
     -------
@@ -47,7 +52,10 @@ def build(op, shapes: Sequence, dtypes: Sequence[str] | str | None = None, attrs
         raise DTypeError(f"got {list(dtypes)}, expected dtype names", op=op.name, arg="dtypes") from exc
     attrs, out_shapes, out_dtypes = op.check(shapes, dtypes, attrs)
     shapes = [tuple(s) for s in shapes]
-    values = dict(config or {})
+    if config is None:
+        values = tuned_config(op, attrs, shapes, dtypes, out_shapes, out_dtypes, target)
+    else:
+        values = dict(config)
     key = cache.key_of(op.name, attrs, shapes, dtypes, target.key, config_key(values))
 
     def relower():
@@ -64,3 +72,25 @@ def build(op, shapes: Sequence, dtypes: Sequence[str] | str | None = None, attrs
         return kernel, executable if target.kind == "cpu" else None
 
     return cache.get(key, make, compile_new)
+
+
+_checked: dict[tuple, bool] = {}
+
+
+def tuned_config(op, attrs, shapes, dtypes, out_shapes, out_dtypes, target) -> dict:
+    """The best recorded config of this task, if it still fits the template
+    (a record from an older template may name knobs that no longer exist)."""
+    task = records.task_json(op.name, attrs, shapes, dtypes, target.key)
+    found = records.best_config(task)
+    if not found:
+        return {}
+    memo = (records.task_key(task), config_key(found))
+    if memo not in _checked:
+        try:
+            lower(op, shapes, dtypes, attrs, out_shapes, out_dtypes, target, found)
+            _checked[memo] = True
+        except KilnError as exc:
+            warnings.warn(f"kiln: ignoring the tuning record for {op.name} {memo[1]}: {exc}", RuntimeWarning,
+                          stacklevel=3)
+            _checked[memo] = False
+    return found if _checked[memo] else {}

@@ -4,7 +4,7 @@ import numpy as np
 import pytest
 
 import kiln
-from kiln.autotune import sample_config
+from kiln.autotune import Space, Task
 from kiln.te import get_op
 
 from helpers import Case, assert_close, random_inputs
@@ -26,7 +26,7 @@ WORKLOADS = [
 def test_random_configs_match_numpy(case, seed):
     rng = np.random.default_rng(seed)
     dtypes = case.dtype_list()
-    config = sample_config(case.op, case.shapes, dtypes, case.attrs, rng=rng)
+    config = Space(Task.create(case.op, case.shapes, dtypes, case.attrs)).sample(rng)
     kernel = kiln.build(case.op, case.shapes, dtypes, case.attrs, config=config)
     arrays = random_inputs(case, rng)
     op = get_op(case.op)

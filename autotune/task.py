@@ -1,0 +1,82 @@
+"""A tuning task: one op at one signature on one target.
+
+``Task.create("matmul", [(1024, 1024), (1024, 1024)])`` checks the signature
+with the op's rules, so a bad task fails here with a clear error, not in a
+worker process. ``task.lower(config)`` is the template applied to a config;
+``task.data()`` the seeded inputs and the numpy reference outputs every
+config is checked against.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from functools import cached_property
+from typing import Mapping, Sequence
+
+import numpy as np
+
+from ..errors import ShapeError
+from ..runtime import records
+from ..runtime.device import Target, as_target
+from ..runtime.lower import Lowered, lower
+from ..runtime.measure import random_inputs
+from ..te import get_op
+from ..te.shapes import is_static
+
+
+@dataclass(frozen=True, eq=False)
+class Task:
+    op: object
+    attrs: dict
+    shapes: tuple
+    dtypes: tuple
+    out_shapes: tuple
+    out_dtypes: tuple
+    target: Target
+    seed: int = field(default=0)
+
+    @classmethod
+    def create(cls, op, shapes: Sequence, dtypes: Sequence[str] | str | None = None,
+               attrs: Mapping | None = None, target=None) -> "Task":
+        op, target = get_op(op), as_target(target)
+        shapes = [tuple(s) for s in shapes]
+        if dtypes is None or isinstance(dtypes, str):
+            dtypes = [dtypes or "float32"] * len(shapes)
+        parsed, out_shapes, out_dtypes = op.check(shapes, list(dtypes), attrs)
+        for i, s in enumerate(shapes):
+            if not all(is_static(d) for d in s):
+                raise ShapeError(f"got {s}, expected static dims: tuning measures one concrete shape",
+                                 op=op.name, arg=f"input {i}")
+        return cls(op, parsed, tuple(shapes), tuple(dtypes), tuple(tuple(int(d) for d in s) for s in out_shapes),
+                   tuple(out_dtypes), target)
+
+    @cached_property
+    def json(self) -> dict:
+        return records.task_json(self.op.name, self.attrs, self.shapes, self.dtypes, self.target.key)
+
+    @property
+    def key(self) -> str:
+        return records.task_key(self.json)
+
+    @property
+    def name(self) -> str:
+        sig = ", ".join("x".join(map(str, s)) for s in self.shapes)
+        return f"{self.op.name}({sig})"
+
+    @cached_property
+    def flops(self) -> float:
+        return float(self.op.flops(list(self.shapes), **self.attrs))
+
+    def lower(self, config: Mapping | None = None) -> Lowered:
+        """The template applied to ``config`` (raises ScheduleError/BuildError if invalid)."""
+        return lower(self.op, self.shapes, self.dtypes, self.attrs, self.out_shapes, self.out_dtypes, self.target,
+                     dict(config or {}))
+
+    def data(self) -> tuple[list[np.ndarray], list[np.ndarray]]:
+        """Seeded random inputs and the numpy reference outputs for them."""
+        inputs = random_inputs(self.shapes, self.dtypes, seed=self.seed)
+        out = self.op.reference(*inputs, **self.attrs)
+        outs = out if isinstance(out, (list, tuple)) else [out]
+        return inputs, [np.asarray(o, dtype=d) for o, d in zip(outs, self.out_dtypes)]
+
+    def __repr__(self) -> str:
+        return f"<kiln task {self.name} on {self.target}>"

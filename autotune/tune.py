@@ -1,0 +1,224 @@
+"""The tuning loop: propose, build, measure, record — one batch at a time.
+
+Each batch is appended to the records file as soon as it is measured, so a
+killed run loses at most the batch in flight. ``resume=True`` reads the
+task's records back first: their configs count as trials done, feed the
+tuner, and are never measured again. The template's default config is
+measured first, so every run can say how much tuning gained.
+"""
+from __future__ import annotations
+
+import os
+import shutil
+import tempfile
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Callable
+
+import numpy as np
+import tvm
+
+from ..errors import AttrError
+from ..runtime import records as rec
+from ..schedules import config_key
+from .runners import Builder, LocalRunner
+from .space import Space
+from .task import Task
+from .tuners import TUNERS, XGBTuner
+
+
+@dataclass
+class Progress:
+    task: Task
+    trials: int
+    done: int = 0
+    errors: int = 0
+    best_gflops: float = 0.0
+    default_gflops: float = 0.0
+    started: float = field(default_factory=time.monotonic)
+
+    @property
+    def elapsed(self) -> float:
+        return time.monotonic() - self.started
+
+    def eta(self, measured_here: int) -> float | None:
+        left = self.trials - self.done
+        return self.elapsed / measured_here * left if measured_here else None
+
+
+@dataclass
+class TuneResult:
+    task: Task
+    records_path: Path
+    records: list            # this task's records: resumed ones first, then this run's
+    measured: int            # measured in this run
+    elapsed_s: float
+    tuner: str
+    default_config: dict
+
+    @property
+    def best(self) -> dict | None:
+        return rec.best(self.records)
+
+    @property
+    def default(self) -> dict | None:
+        default = config_key(self.default_config)
+        found = [r for r in self.records if rec.is_ok(r) and config_key(r["config"]) == default]
+        return found[0] if found else None
+
+    @property
+    def errors(self) -> list:
+        return [r for r in self.records if r.get("error")]
+
+
+def tune(task: Task, trials: int = 64, tuner: str = "xgb", records: str | os.PathLike | None = None,
+         resume: bool = False, runner=None, builder=None, batch_size: int = 8, early_stopping: int | None = None,
+         seed: int = 0, transfer: bool = True, callback: Callable[[Progress], None] | None = None,
+         **tuner_options) -> TuneResult:
+    """Tune ``task`` for ``trials`` measurements; returns the records and the best.
+
+    Parameters
+    ----------
+    tuner : "xgb", "random" or "grid"
+    records : path of the JSON Lines records file (default: kiln's, which
+        ``kiln.build`` reads)
+    resume : continue from this task's records instead of starting over
+    runner : ``LocalRunner()`` (default) or ``RPCRunner(host, port, key)``
+    early_stopping : stop after this many trials without a better config
+    transfer : seed the xgb model with records of other shapes of the same op
+    """
+    if tuner not in TUNERS:
+        raise AttrError(f"got {tuner!r}, expected one of {sorted(TUNERS)}", op="tune", arg="tuner")
+    if trials < 1 or batch_size < 1:
+        raise AttrError(f"got trials={trials}, batch_size={batch_size}, expected positive numbers", op="tune",
+                        arg="trials")
+    path = Path(records) if records else rec.default_path()
+    space = Space(task)
+    options = dict(tuner_options)
+    if tuner == "xgb" and transfer:
+        options["transfer"] = transfer_rows(task, path)
+    search = TUNERS[tuner](space, seed=seed, **options)
+    prior = rec.load(path, task.key) if resume else []
+    _replay(search, space, task, prior)
+
+    own_runner, own_builder = runner is None, builder is None
+    runner = runner or LocalRunner()
+    builder = builder or Builder()
+    progress = Progress(task, trials, done=len(search.visited))
+    progress.best_gflops = max(search.scores, default=0.0)
+    folder = tempfile.mkdtemp(prefix="kiln-tune-")
+    data = _write_data(task, folder)
+    session, since_best = [], 0
+    try:
+        while progress.done < trials:
+            n = min(batch_size, trials - progress.done)
+            batch = _with_default(search, space, n) if progress.done == 0 else search.next_batch(n)
+            if not batch:
+                break  # the space is exhausted
+            batch_records = _measure(task, space, batch, builder, runner, folder, data, tuner,
+                                     first_trial=progress.done)
+            rec.append(path, batch_records)  # flushed before the next batch starts
+            session += batch_records
+            scores = [r["result"]["gflops"] if rec.is_ok(r) else 0.0 for r in batch_records]
+            search.update(batch, scores)
+            progress.done += len(batch)
+            progress.errors += sum(1 for r in batch_records if r["error"])
+            if max(scores) > progress.best_gflops:
+                progress.best_gflops, since_best = max(scores), 0
+            else:
+                since_best += len(batch)
+            if progress.default_gflops == 0.0 and batch[0] == space.default:
+                progress.default_gflops = scores[0]
+            if callback:
+                callback(progress)
+            if early_stopping and since_best >= early_stopping:
+                break
+    finally:
+        shutil.rmtree(folder, ignore_errors=True)
+        if own_runner:
+            runner.close()
+        if own_builder:
+            builder.close()
+    return TuneResult(task, path, prior + session, len(session), progress.elapsed, tuner, dict(space.default))
+
+
+def _replay(search, space, task, prior) -> None:
+    configs, scores = [], []
+    for r in prior:
+        c = space.check(r["config"])
+        if c is not None and config_key(c) not in search.visited:
+            configs.append(c)
+            scores.append(r["result"]["gflops"] if rec.is_ok(r) else 0.0)
+    search.update(configs, scores)
+
+
+def _with_default(search, space, n):
+    """The first batch starts with the template's default config."""
+    first = [] if config_key(space.default) in search.visited else [dict(space.default)]
+    search.visited.update(config_key(c) for c in first)
+    rest = search.next_batch(n - len(first)) if n > len(first) else []
+    search.visited.difference_update(config_key(c) for c in first)
+    return first + rest
+
+
+def _write_data(task: Task, folder: str) -> str:
+    inputs, outputs = task.data()
+    path = os.path.join(folder, "data.npz")
+    arrays = {f"in{i}": a for i, a in enumerate(inputs)} | {f"out{i}": o for i, o in enumerate(outputs)}
+    np.savez(path, n_in=len(inputs), n_out=len(outputs), **arrays)
+    return path
+
+
+def _measure(task, space, batch, builder, runner, folder, data, tuner, first_trial) -> list[dict]:
+    modules = [tvm.ir.save_json(task.lower(c).sch.mod) for c in batch]
+    built = builder.build(task.target, modules, folder)
+    ran = iter(runner.run([b["library"] for b in built if b.get("ok")], data))
+    out = []
+    for i, (config, b) in enumerate(zip(batch, built)):
+        info = {"tuner": tuner, "trial": first_trial + i, "runner": runner.describe(),
+                "build_s": round(b.get("build_s", 0.0), 4)}
+        if not b.get("ok"):
+            out.append(rec.make_record(task.json, config, error=_error(b), **info))
+            continue
+        r = next(ran)
+        os.unlink(b["library"])
+        if not r.get("ok"):
+            out.append(rec.make_record(task.json, config, error=_error(r), **info))
+            continue
+        costs = np.asarray(r["costs"])
+        median = float(np.median(costs))
+        result = {"costs": [float(c) for c in costs], "median_s": median, "min_s": float(costs.min()),
+                  "max_s": float(costs.max()), "gflops": task.flops / median / 1e9 if median > 0 else 0.0}
+        out.append(rec.make_record(task.json, config, result=result, measure_s=round(r.get("measure_s", 0.0), 4),
+                                   device=r.get("device"), **info))
+    return out
+
+
+def _error(reply: dict) -> dict:
+    return {"kind": reply.get("kind", "error"), "message": reply.get("message", "")}
+
+
+def transfer_rows(task: Task, path: Path, limit: int = 512) -> list:
+    """(features, relative score, group) rows from records of other shapes of
+    the same op on the same target: what the model knows before measuring."""
+    by_task: dict[str, list] = {}
+    for r in rec.load(path):
+        t = r["task"]
+        if t.get("op") == task.op.name and t.get("target") == task.target.key and r["task_key"] != task.key:
+            by_task.setdefault(r["task_key"], []).append(r)
+    rows = []
+    for group, (key, recs) in enumerate(sorted(by_task.items()), 1):
+        t = recs[0]["task"]
+        try:
+            other = Space(Task.create(task.op, t["shapes"], t["dtypes"], t["attrs"], task.target))
+        except Exception:  # noqa: BLE001 - a record of a shape this template no longer takes
+            continue
+        best = max((r["result"]["gflops"] for r in recs if rec.is_ok(r)), default=0.0) or 1.0
+        for r in recs:
+            c = other.check(r["config"])
+            if c is not None:
+                rows.append((other.features(c), (r["result"]["gflops"] if rec.is_ok(r) else 0.0) / best, group))
+        if len(rows) >= limit:
+            break
+    return rows[:limit]

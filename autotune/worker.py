@@ -1,0 +1,94 @@
+"""A build or measurement worker process: ``python -m kiln.autotune.worker``.
+
+It reads one JSON request per line on stdin and answers one JSON line on the
+protocol pipe (the original stdout; anything a kernel or TVM prints goes to
+stderr instead). It needs no op registry: a build request carries the
+scheduled module as TVM JSON, a run request the path of the compiled library
+and of the inputs/expected outputs (``.npz``). If a kernel crashes or hangs,
+only this process dies; the parent records the error and starts a new one.
+
+Requests::
+
+    {"cmd": "build", "module": <tvm json>, "target": "cpu:<mcpu>", "out": <.so path>}
+    {"cmd": "run", "library": <.so>, "data": <.npz>, "number": n, "repeat": r,
+     "min_repeat_ms": ms, "rtol": x, "atol": y, "rpc": null | {"host", "port", "key", "session_timeout"}}
+"""
+from __future__ import annotations
+
+import json
+import os
+import sys
+import time
+import traceback
+
+import numpy as np
+
+
+def build(req: dict) -> dict:
+    import tvm
+
+    from ..runtime.device import as_target
+
+    start = time.perf_counter()
+    mod = tvm.ir.load_json(req["module"])
+    executable = tvm.compile(mod, target=as_target(req["target"]).tvm)
+    executable.export_library(req["out"])
+    return {"ok": True, "build_s": time.perf_counter() - start}
+
+
+def run(req: dict) -> dict:
+    import tvm
+
+    with np.load(req["data"], allow_pickle=False) as data:
+        inputs = [data[f"in{i}"] for i in range(int(data["n_in"]))]
+        expected = [data[f"out{i}"] for i in range(int(data["n_out"]))]
+    start = time.perf_counter()
+    rpc = req.get("rpc")
+    if rpc:
+        from tvm import rpc as tvm_rpc
+
+        remote = tvm_rpc.connect_tracker(rpc["host"], int(rpc["port"])).request(
+            rpc["key"], priority=1, session_timeout=rpc.get("session_timeout", 0))
+        remote.upload(req["library"])
+        module = remote.load_module(os.path.basename(req["library"]))
+        dev = remote.cpu(0)
+    else:
+        module = tvm.runtime.load_module(req["library"])
+        dev = tvm.cpu(0)
+    args = [tvm.runtime.tensor(a, dev) for a in inputs]
+    outs = [tvm.runtime.empty(e.shape, str(e.dtype), dev) for e in expected]
+    module["main"](*args, *outs)
+    for i, (got, want) in enumerate(zip(outs, expected)):
+        got = got.numpy()
+        if not np.allclose(got, want, rtol=req["rtol"], atol=req["atol"], equal_nan=True):
+            err = float(np.nanmax(np.abs(got.astype(np.float64) - want.astype(np.float64)))) if got.size else 0.0
+            return {"ok": False, "kind": "wrong_result",
+                    "message": f"output {i} differs from the numpy reference (max abs error {err:.3g})"}
+    timer = module.time_evaluator("main", dev, number=req["number"], repeat=req["repeat"],
+                                  min_repeat_ms=req["min_repeat_ms"])
+    costs = [float(c) for c in timer(*args, *outs).results]
+    return {"ok": True, "costs": costs, "measure_s": time.perf_counter() - start,
+            "device": f"rpc:{rpc['key']}" if rpc else "local"}
+
+
+def main() -> None:
+    protocol = os.fdopen(os.dup(1), "w", buffering=1)
+    os.dup2(2, 1)  # stray prints go to stderr, never into the protocol
+    sys.stdout = sys.stderr
+    import kiln  # noqa: F401 - sizes TVM's thread pool like the parent's
+    for line in sys.stdin:
+        req = {}
+        try:
+            req = json.loads(line)
+            handler = {"build": build, "run": run, "ping": lambda _: {"ok": True, "pid": os.getpid()}}[req["cmd"]]
+            reply = handler(req)
+        except Exception as exc:  # noqa: BLE001 - every failure goes back as an error reply
+            text = str(exc).strip().splitlines()
+            kind = "build" if req.get("cmd") == "build" else "rpc" if req.get("rpc") else "runtime"
+            reply = {"ok": False, "kind": kind, "message": f"{type(exc).__name__}: {text[-1] if text else ''}"[:500],
+                     "trace": traceback.format_exc()[-2000:]}
+        protocol.write(json.dumps(reply) + "\n")
+
+
+if __name__ == "__main__":
+    main()

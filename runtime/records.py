@@ -1,0 +1,177 @@
+"""Tuning records: one JSON line per measurement, appended, never rewritten.
+
+A line holds the task (op, attrs, shapes, dtypes, target), the config, the
+result (per-repeat seconds, median/min/max, GFLOPS) or the error, and where it
+came from (tuner, trial, kiln and TVM versions, timestamp). No pickle: a
+record is plain JSON that any tool can read.
+
+Crash safety:
+
+* ``append`` writes a whole batch with one ``write`` on a file opened with
+  ``O_APPEND``, under an exclusive ``flock``, then fsyncs: two processes
+  appending to one file never interleave bytes within a line, and a killed
+  process loses at most the batch it was writing.
+* a torn last line (a crash mid-write) is terminated before the next append,
+  so it never swallows a good record; ``load`` skips torn or corrupt lines
+  with a warning.
+
+The runtime asks ``best_config`` for a task's best measured config before it
+falls back to the template's defaults; it reads the default records file
+(``<cache dir>/tuning/records.jsonl``) and any file passed to ``apply``.
+"""
+from __future__ import annotations
+
+import datetime
+import fcntl
+import hashlib
+import json
+import os
+import threading
+import warnings
+from pathlib import Path
+from typing import Iterable
+
+import tvm
+
+from .. import config as kiln_config
+from ..errors import CacheError
+from .cache import VERSION, _plain
+
+FORMAT = 1
+_applied: list[Path] = []
+_index: dict[Path, tuple[tuple, dict]] = {}
+_lock = threading.Lock()
+
+
+def default_path() -> Path:
+    return kiln_config.cache_dir() / "tuning" / "records.jsonl"
+
+
+def task_json(op: str, attrs: dict, shapes, dtypes, target_key: str) -> dict:
+    return {"op": op, "attrs": {k: _plain(v) for k, v in sorted(attrs.items())},
+            "shapes": [[_plain(d) for d in s] for s in shapes], "dtypes": list(dtypes), "target": target_key}
+
+
+def task_key(task: dict) -> str:
+    """A short stable hash of a task's JSON (op, attrs, shapes, dtypes, target)."""
+    return hashlib.sha256(json.dumps(task, sort_keys=True).encode()).hexdigest()[:20]
+
+
+def make_record(task: dict, config: dict, result: dict | None = None, error: dict | None = None,
+                **info) -> dict:
+    """A record line: ``result`` (seconds, GFLOPS) or ``error`` (kind, message)."""
+    return {"format": FORMAT, "task": task, "task_key": task_key(task), "config": config,
+            "result": result, "error": error, "kiln": VERSION, "tvm": tvm.__version__,
+            "time": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"), **info}
+
+
+def append(path, records: Iterable[dict]) -> None:
+    """Append a batch of records as one atomic, locked, fsynced write."""
+    data = "".join(json.dumps(r, sort_keys=True, separators=(",", ":")) + "\n" for r in records).encode()
+    if not data:
+        return
+    path = Path(path)
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        fd = os.open(path, os.O_RDWR | os.O_APPEND | os.O_CREAT, 0o600)
+    except OSError as exc:
+        raise CacheError(f"cannot open records file {path}: {exc}", arg="records") from exc
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX)
+        size = os.fstat(fd).st_size
+        if size and os.pread(fd, 1, size - 1) != b"\n":  # a torn line from a crash: end it
+            data = b"\n" + data
+        view = memoryview(data)
+        while view:
+            view = view[os.write(fd, view):]
+        os.fsync(fd)
+    except OSError as exc:
+        raise CacheError(f"cannot append to records file {path}: {exc}", arg="records") from exc
+    finally:
+        os.close(fd)  # releases the lock
+
+
+def load(path, task_key_: str | None = None) -> list[dict]:
+    """The valid records of a file (of one task if ``task_key_`` is given);
+    torn or corrupt lines are skipped with a warning. A missing file is empty."""
+    path = Path(path)
+    try:
+        raw = path.read_bytes()
+    except FileNotFoundError:
+        return []
+    except OSError as exc:
+        raise CacheError(f"cannot read records file {path}: {exc}", arg="records") from exc
+    out, bad = [], []
+    for number, line in enumerate(raw.split(b"\n"), 1):
+        if not line.strip():
+            continue
+        try:
+            rec = json.loads(line)
+            if not (isinstance(rec, dict) and isinstance(rec.get("config"), dict) and "task_key" in rec
+                    and isinstance(rec.get("task"), dict)):
+                raise ValueError("not a record")
+        except ValueError:
+            bad.append(number)
+            continue
+        if task_key_ is None or rec["task_key"] == task_key_:
+            out.append(rec)
+    if bad:
+        warnings.warn(f"{path}: skipped {len(bad)} torn or corrupt record line(s) (line {', '.join(map(str, bad[:5]))}"
+                      f"{'...' if len(bad) > 5 else ''})", RuntimeWarning, stacklevel=2)
+    return out
+
+
+def is_ok(rec: dict) -> bool:
+    res = rec.get("result")
+    return rec.get("error") is None and isinstance(res, dict) and isinstance(res.get("median_s"), (int, float))
+
+
+def best(records: Iterable[dict]) -> dict | None:
+    """The successful record with the lowest median time, or None."""
+    ok = [r for r in records if is_ok(r)]
+    return min(ok, key=lambda r: r["result"]["median_s"]) if ok else None
+
+
+def apply(path) -> None:
+    """Use the best configs in ``path`` (in addition to the default records)."""
+    path = Path(path)
+    if not path.exists():
+        raise CacheError(f"records file {path} does not exist", arg="records")
+    with _lock:
+        if path not in _applied:
+            _applied.append(path)
+
+
+def best_config(task: dict) -> dict | None:
+    """The best measured config of a task over the applied and default records."""
+    key, found = task_key(task), None
+    for path in [*_applied, default_path()]:
+        entry = _indexed(path).get(key)
+        if entry and (found is None or entry[0] < found[0]):
+            found = entry
+    return dict(found[1]) if found else None
+
+
+def _indexed(path: Path) -> dict:
+    """task key -> (median seconds, config) of one file, re-read when it changes."""
+    try:
+        st = path.stat()
+    except OSError:
+        return {}
+    stamp = (st.st_mtime_ns, st.st_size)
+    with _lock:
+        cached = _index.get(path)
+        if cached and cached[0] == stamp:
+            return cached[1]
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")  # reported when the user loads the file, not on every build
+        recs = load(path)
+    index: dict[str, tuple] = {}
+    for rec in recs:
+        if is_ok(rec):
+            t = rec["result"]["median_s"]
+            if rec["task_key"] not in index or t < index[rec["task_key"]][0]:
+                index[rec["task_key"]] = (t, rec["config"])
+    with _lock:
+        _index[path] = (stamp, index)
+    return index
