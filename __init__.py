@@ -19,11 +19,23 @@ from .runtime import build, cpu, cuda  # noqa: E402
 
 __version__ = "0.1.0"
 
-# The training layer loads on first use, so that running an exported model
-# (kiln.runtime.Predictor) never imports it.
+
+def _tuned_config(op, attrs, shapes, dtypes, target_key):
+    """The tuning records, read when a kernel is first built (not at import)."""
+    from .autotune import records
+
+    return records.best_config(records.task_json(op, attrs, shapes, dtypes, target_key))
+
+
+from .runtime.build import add_config_source  # noqa: E402
+
+add_config_source(_tuned_config)
+
+# The training layer and the tuner load on first use, so that running an
+# exported model (kiln.runtime.Predictor) never imports them.
 _LAZY = {"nn": ("kiln.nn", None), "optim": ("kiln.nn.optim", None), "data": ("kiln.nn.data", None),
          "Tensor": ("kiln.nn.tensor", "Tensor"), "no_grad": ("kiln.nn.tensor", "no_grad"),
-         "export": ("kiln.runtime.export", "export")}
+         "export": ("kiln.runtime.export", "export"), "autotune": ("kiln.autotune", None)}
 
 
 def __getattr__(name):

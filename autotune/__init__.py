@@ -4,7 +4,7 @@
 >>> result = kiln.autotune.tune(task, trials=32, tuner="xgb")
 >>> kiln.autotune.best(task)            # the best record, used by kiln.build
 """
-from ..runtime import records as _records
+from . import records as _records
 from .runners import Builder, LocalRunner, RPCRunner
 from .space import Space
 from .task import Task

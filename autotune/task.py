@@ -15,7 +15,7 @@ from typing import Mapping, Sequence
 import numpy as np
 
 from ..errors import ShapeError
-from ..runtime import records
+from . import records
 from ..runtime.device import Target, as_target
 from ..runtime.lower import Lowered, lower
 from ..runtime.measure import random_inputs

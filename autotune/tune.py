@@ -20,7 +20,7 @@ import numpy as np
 import tvm
 
 from ..errors import AttrError
-from ..runtime import records as rec
+from . import records as rec
 from ..schedules import config_key
 from .runners import Builder, LocalRunner
 from .space import Space
@@ -33,6 +33,7 @@ class Progress:
     task: Task
     trials: int
     done: int = 0
+    resumed: int = 0         # trials read back from the records, not measured by this run
     errors: int = 0
     best_gflops: float = 0.0
     default_gflops: float = 0.0
@@ -42,9 +43,11 @@ class Progress:
     def elapsed(self) -> float:
         return time.monotonic() - self.started
 
-    def eta(self, measured_here: int) -> float | None:
-        left = self.trials - self.done
-        return self.elapsed / measured_here * left if measured_here else None
+    @property
+    def eta(self) -> float | None:
+        """Seconds left at this run's pace (None before the first batch)."""
+        here = self.done - self.resumed
+        return self.elapsed / here * (self.trials - self.done) if here > 0 else None
 
 
 @dataclass
@@ -101,11 +104,13 @@ def tune(task: Task, trials: int = 64, tuner: str = "xgb", records: str | os.Pat
     search = TUNERS[tuner](space, seed=seed, **options)
     prior = rec.load(path, task.key) if resume else []
     _replay(search, space, task, prior)
+    run_id = next((r["run"] for r in reversed(prior) if r.get("tuner") == tuner and r.get("run")), None) or \
+        f"{time.strftime('%Y%m%dT%H%M%S')}-{os.getpid()}-{tuner}-{seed}"
 
     own_runner, own_builder = runner is None, builder is None
     runner = runner or LocalRunner()
     builder = builder or Builder()
-    progress = Progress(task, trials, done=len(search.visited))
+    progress = Progress(task, trials, done=len(search.visited), resumed=len(search.visited))
     progress.best_gflops = max(search.scores, default=0.0)
     folder = tempfile.mkdtemp(prefix="kiln-tune-")
     data = _write_data(task, folder)
@@ -116,8 +121,8 @@ def tune(task: Task, trials: int = 64, tuner: str = "xgb", records: str | os.Pat
             batch = _with_default(search, space, n) if progress.done == 0 else search.next_batch(n)
             if not batch:
                 break  # the space is exhausted
-            batch_records = _measure(task, space, batch, builder, runner, folder, data, tuner,
-                                     first_trial=progress.done)
+            batch_records = _measure(task, space, batch, builder, runner, folder, data,
+                                     {"tuner": tuner, "run": run_id, "seed": seed}, first_trial=progress.done)
             rec.append(path, batch_records)  # flushed before the next batch starts
             session += batch_records
             scores = [r["result"]["gflops"] if rec.is_ok(r) else 0.0 for r in batch_records]
@@ -170,13 +175,13 @@ def _write_data(task: Task, folder: str) -> str:
     return path
 
 
-def _measure(task, space, batch, builder, runner, folder, data, tuner, first_trial) -> list[dict]:
+def _measure(task, space, batch, builder, runner, folder, data, about, first_trial) -> list[dict]:
     modules = [tvm.ir.save_json(task.lower(c).sch.mod) for c in batch]
     built = builder.build(task.target, modules, folder)
     ran = iter(runner.run([b["library"] for b in built if b.get("ok")], data))
     out = []
     for i, (config, b) in enumerate(zip(batch, built)):
-        info = {"tuner": tuner, "trial": first_trial + i, "runner": runner.describe(),
+        info = {**about, "trial": first_trial + i, "runner": runner.describe(),
                 "build_s": round(b.get("build_s", 0.0), 4)}
         if not b.get("ok"):
             out.append(rec.make_record(task.json, config, error=_error(b), **info))

@@ -1,7 +1,7 @@
 """``kiln.build``: one op, compiled for one signature, through the kernel cache."""
 from __future__ import annotations
 
-from typing import Mapping, Sequence
+from typing import Callable, Mapping, Sequence
 
 import warnings
 
@@ -10,7 +10,7 @@ import numpy as np
 from ..errors import DTypeError, KilnError
 from ..schedules import config_key
 from ..te import get_op
-from . import cache, records
+from . import cache
 from .device import as_target
 from .kernel import Kernel
 from .lower import compile_lowered, lower
@@ -74,23 +74,35 @@ def build(op, shapes: Sequence, dtypes: Sequence[str] | str | None = None, attrs
     return cache.get(key, make, compile_new)
 
 
+_config_sources: list[Callable] = []
 _checked: dict[tuple, bool] = {}
 
 
+def add_config_source(source: Callable) -> None:
+    """Where ``build`` looks for a tuned config when none is given:
+    ``source(op_name, attrs, shapes, dtypes, target_key) -> config or None``
+    (kiln wires in the tuning records)."""
+    if source not in _config_sources:
+        _config_sources.append(source)
+
+
 def tuned_config(op, attrs, shapes, dtypes, out_shapes, out_dtypes, target) -> dict:
-    """The best recorded config of this task, if it still fits the template
-    (a record from an older template may name knobs that no longer exist)."""
-    task = records.task_json(op.name, attrs, shapes, dtypes, target.key)
-    found = records.best_config(task)
-    if not found:
-        return {}
-    memo = (records.task_key(task), config_key(found))
-    if memo not in _checked:
-        try:
-            lower(op, shapes, dtypes, attrs, out_shapes, out_dtypes, target, found)
-            _checked[memo] = True
-        except KilnError as exc:
-            warnings.warn(f"kiln: ignoring the tuning record for {op.name} {memo[1]}: {exc}", RuntimeWarning,
-                          stacklevel=3)
-            _checked[memo] = False
-    return found if _checked[memo] else {}
+    """The first tuned config a source knows for this signature, if it still
+    fits the template (a record from an older template may name knobs that no
+    longer exist: it is skipped with a warning)."""
+    for source in _config_sources:
+        found = source(op.name, attrs, shapes, dtypes, target.key)
+        if not found:
+            continue
+        memo = (cache.key_of(op.name, attrs, shapes, dtypes, target.key, ""), config_key(found))
+        if memo not in _checked:
+            try:
+                lower(op, shapes, dtypes, attrs, out_shapes, out_dtypes, target, found)
+                _checked[memo] = True
+            except KilnError as exc:
+                warnings.warn(f"kiln: ignoring the tuning record for {op.name} {memo[1]}: {exc}", RuntimeWarning,
+                              stacklevel=3)
+                _checked[memo] = False
+        if _checked[memo]:
+            return dict(found)
+    return {}

@@ -15,8 +15,9 @@ Crash safety:
   so it never swallows a good record; ``load`` skips torn or corrupt lines
   with a warning.
 
-The runtime asks ``best_config`` for a task's best measured config before it
-falls back to the template's defaults; it reads the default records file
+``kiln.build`` asks ``best_config`` for a task's best measured config before
+it falls back to the template's defaults (the package wires it in as a
+config source of the runtime); it reads the default records file
 (``<cache dir>/tuning/records.jsonl``) and any file passed to ``apply``.
 """
 from __future__ import annotations
@@ -35,7 +36,7 @@ import tvm
 
 from .. import config as kiln_config
 from ..errors import CacheError
-from .cache import VERSION, _plain
+from ..runtime.cache import VERSION, _plain
 
 FORMAT = 1
 _applied: list[Path] = []

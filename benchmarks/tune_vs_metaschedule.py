@@ -1,0 +1,199 @@
+"""kiln's tuner against TVM MetaSchedule, at the same trial budget, in one run.
+
+For each task both tuners get the same budget (``--trials``), the same target
+(the detected CPU, TVM's pool at kiln's thread count) and the same
+measurement settings (1 call per repeat, 5 repeats, >= 40 ms per repeat).
+MetaSchedule runs ``tune_tir`` with its XGBoost cost model. The best kernel of
+each is then exported and re-measured in a fresh process, next to the
+reference (numpy for matmul, PyTorch CPU for conv2d when installed), and the
+machine's FMA peak. Then kiln's xgb tuner is compared with its random tuner
+at ``--race-trials`` over three seeds.
+
+Run: ``python benchmarks/tune_vs_metaschedule.py [--trials 64] [--tasks all|matmul|conv2d] [--json FILE]``.
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import logging
+import os
+import subprocess
+import sys
+import tempfile
+import time
+
+import numpy as np
+import tvm
+
+import kiln
+from kiln.autotune import Task, tune
+from kiln.runtime.lower import declare
+from machine import fma_peak
+
+TASKS = {
+    "matmul1024": ("matmul", [(1024, 1024), (1024, 1024)], {}),
+    "matmul2048": ("matmul", [(2048, 2048), (2048, 2048)], {}),
+    "conv64": ("conv2d", [(1, 64, 56, 56), (64, 64, 3, 3)], {"padding": 1}),
+    "conv256": ("conv2d", [(1, 256, 14, 14), (256, 256, 3, 3)], {"padding": 1}),
+}
+TIMING = {"number": 1, "repeat": 5, "min_repeat_ms": 40}
+
+
+def ms_target(task: Task) -> tvm.target.Target:
+    return tvm.target.Target({"kind": "llvm", "mcpu": task.target.mcpu, "num-cores": kiln.config.num_threads()})
+
+
+def tune_kiln(task: Task, trials: int, folder: str, tuner="xgb", seed=0) -> dict:
+    start = time.perf_counter()
+    result = tune(task, trials=trials, tuner=tuner, records=os.path.join(folder, f"{tuner}-{seed}.jsonl"),
+                  seed=seed, transfer=False)
+    wall = time.perf_counter() - start
+    best = result.best
+    lib = os.path.join(folder, f"kiln-{task.key}.so")
+    tvm.compile(task.lower(best["config"]).sch.mod, target=task.target.tvm).export_library(lib)
+    return {"wall_s": wall, "gflops_tuning": best["result"]["gflops"], "config": best["config"], "library": lib,
+            "errors": len(result.errors)}
+
+
+def tune_metaschedule(task: Task, trials: int, folder: str) -> dict:
+    from tvm.s_tir import meta_schedule as ms
+
+    logging.getLogger("tvm.s_tir.meta_schedule").setLevel(logging.WARNING)
+    inputs, outs = declare(task.op, task.shapes, task.dtypes, task.attrs, task.out_shapes, task.out_dtypes)
+    mod = tvm.IRModule({"main": tvm.te.create_prim_func(inputs + outs)})
+    target = ms_target(task)
+    work = os.path.join(folder, "ms-" + task.key)
+    runner = ms.runner.LocalRunner(evaluator_config=ms.runner.EvaluatorConfig(**TIMING))
+    start = time.perf_counter()
+    db = ms.tune_tir(mod, target, work, max_trials_global=trials, num_trials_per_iter=16, cost_model="xgb",
+                     runner=runner, seed=0)
+    wall = time.perf_counter() - start
+    sch = ms.tir_integration.compile_tir(db, mod, target)
+    lib = os.path.join(folder, f"ms-{task.key}.so")
+    tvm.compile(sch.mod, target=target).export_library(lib)
+    return {"wall_s": wall, "library": lib}
+
+
+def remeasure(lib: str, data: str) -> dict:
+    """Time a library in a fresh process (``--measure`` mode of this script)."""
+    out = subprocess.run([sys.executable, __file__, "--measure", lib, data], capture_output=True, text=True,
+                         check=True)
+    return json.loads(out.stdout.strip().splitlines()[-1])
+
+
+def measure_main(lib: str, data: str) -> None:
+    with np.load(data) as d:
+        arrays = [d[f"in{i}"] for i in range(int(d["n_in"]))] + [np.zeros_like(d["out0"])]
+        expected = d["out0"]
+    dev = tvm.cpu(0)
+    mod = tvm.runtime.load_module(lib)
+    args = [tvm.runtime.tensor(a, dev) for a in arrays]
+    mod["main"](*args)
+    ok = bool(np.allclose(args[-1].numpy(), expected, rtol=1e-3, atol=1e-3))
+    res = mod.time_evaluator("main", dev, number=1, repeat=10, min_repeat_ms=100)(*args)
+    costs = [float(c) for c in res.results]
+    print(json.dumps({"median_s": float(np.median(costs)), "min_s": min(costs), "max_s": max(costs), "correct": ok}))
+
+
+def reference_time(task: Task, inputs) -> tuple[str, float | None]:
+    if task.op.name == "matmul":
+        a, b = inputs
+        np.matmul(a, b)
+        times = []
+        for _ in range(10):
+            s = time.perf_counter()
+            np.matmul(a, b)
+            times.append(time.perf_counter() - s)
+        return "numpy", float(np.median(times))
+    try:
+        import torch
+    except ImportError:
+        return "PyTorch (not installed)", None
+    torch.set_num_threads(kiln.config.num_threads())
+    x, w = (torch.from_numpy(a) for a in inputs)
+    pad = task.attrs["padding"]
+    with torch.no_grad():
+        torch.nn.functional.conv2d(x, w, padding=pad)
+        times = []
+        for _ in range(20):
+            s = time.perf_counter()
+            torch.nn.functional.conv2d(x, w, padding=pad)
+            times.append(time.perf_counter() - s)
+    return "PyTorch", float(np.median(times))
+
+
+def compare(name: str, trials: int, folder: str) -> dict:
+    op, shapes, attrs = TASKS[name]
+    task = Task.create(op, shapes, attrs=attrs)
+    inputs, outputs = task.data()
+    data = os.path.join(folder, f"{name}.npz")
+    np.savez(data, n_in=len(inputs), n_out=1, out0=outputs[0], **{f"in{i}": a for i, a in enumerate(inputs)})
+    ours = tune_kiln(task, trials, folder)
+    theirs = tune_metaschedule(task, trials, folder)
+    gf = lambda m: task.flops / m["median_s"] / 1e9  # noqa: E731
+    ours.update(remeasure(ours["library"], data))
+    theirs.update(remeasure(theirs["library"], data))
+    ref_name, ref_s = reference_time(task, inputs)
+    row = {"task": name, "trials": trials, "kiln_gflops": gf(ours), "ms_gflops": gf(theirs),
+           "kiln_spread": [task.flops / ours[k] / 1e9 for k in ("max_s", "min_s")],
+           "ms_spread": [task.flops / theirs[k] / 1e9 for k in ("max_s", "min_s")],
+           "kiln_wall_s": ours["wall_s"], "ms_wall_s": theirs["wall_s"], "kiln_config": ours["config"],
+           "kiln_correct": ours["correct"], "ms_correct": theirs["correct"], "reference": ref_name,
+           "ref_gflops": task.flops / ref_s / 1e9 if ref_s else None}
+    row["vs_ms"] = row["kiln_gflops"] / row["ms_gflops"]
+    row["wall_ratio"] = row["kiln_wall_s"] / row["ms_wall_s"]
+    row["vs_ref"] = row["kiln_gflops"] / row["ref_gflops"] if row["ref_gflops"] else None
+    return row
+
+
+def race(name: str, trials: int, folder: str) -> list[dict]:
+    op, shapes, attrs = TASKS[name]
+    task = Task.create(op, shapes, attrs=attrs)
+    rows = []
+    for seed in (0, 1, 2):
+        for tuner in ("xgb", "random"):
+            result = tune(task, trials=trials, tuner=tuner, seed=seed, transfer=False,
+                          records=os.path.join(folder, f"race-{name}-{tuner}-{seed}.jsonl"))
+            rows.append({"task": name, "tuner": tuner, "seed": seed, "best_gflops": result.best["result"]["gflops"]})
+    return rows
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--trials", type=int, default=64)
+    parser.add_argument("--race-trials", type=int, default=32)
+    parser.add_argument("--tasks", default="all", help="all, matmul, conv2d, or comma-separated names "
+                                                        f"({', '.join(TASKS)})")
+    parser.add_argument("--no-race", action="store_true")
+    parser.add_argument("--json", help="also write the rows to this file")
+    parser.add_argument("--measure", nargs=2, metavar=("LIB", "DATA"), help=argparse.SUPPRESS)
+    args = parser.parse_args()
+    if args.measure:
+        return measure_main(*args.measure)
+    names = list(TASKS) if args.tasks == "all" else [n for n in TASKS if n.startswith(args.tasks)] or \
+        args.tasks.split(",")
+    peak = fma_peak()
+    print(f"# {kiln.cpu()}  threads={kiln.config.num_threads()}  FMA peak {peak:.0f} GFLOPS  trials={args.trials}")
+    rows, races = [], []
+    with tempfile.TemporaryDirectory(prefix="kiln-vs-ms-") as folder:
+        for name in names:
+            row = compare(name, args.trials, folder)
+            row["kiln_peak_frac"] = row["kiln_gflops"] / peak
+            rows.append(row)
+            ref = f"{row['ref_gflops']:.0f}" if row["ref_gflops"] else "-"
+            print(f"{name:11s} kiln {row['kiln_gflops']:6.1f} GFLOPS ({row['kiln_spread'][0]:.0f}..{row['kiln_spread'][1]:.0f}, "
+                  f"{row['kiln_peak_frac']:.0%} of peak) in {row['kiln_wall_s']:5.0f} s | MetaSchedule "
+                  f"{row['ms_gflops']:6.1f} ({row['ms_spread'][0]:.0f}..{row['ms_spread'][1]:.0f}) in "
+                  f"{row['ms_wall_s']:5.0f} s | {row['reference']} {ref} | kiln/MS {row['vs_ms']:.2f}x, "
+                  f"wall {row['wall_ratio']:.2f}x, kiln/ref {row['vs_ref'] or float('nan'):.2f}x", flush=True)
+        if not args.no_race:
+            races = race(names[0], args.race_trials, folder)
+            for r in races:
+                print(f"race {r['task']} seed {r['seed']} {r['tuner']:6s} best {r['best_gflops']:.1f} GFLOPS", flush=True)
+    if args.json:
+        with open(args.json, "w") as f:
+            json.dump({"cpu": str(kiln.cpu()), "peak_gflops": peak, "rows": rows, "race": races}, f, indent=1)
+
+
+if __name__ == "__main__":
+    main()

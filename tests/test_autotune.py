@@ -1,0 +1,170 @@
+"""The autotuner: spaces, records, tuners, and tuned configs reaching kiln.build."""
+import json
+import subprocess
+import sys
+import warnings
+
+import numpy as np
+import pytest
+
+import kiln
+from kiln.autotune import Builder, LocalRunner, Space, Task, apply_records, best, load_records, tune
+from kiln.autotune.cost_model import CostModel
+from kiln.errors import AttrError, ShapeError
+from kiln.autotune import records
+from kiln.schedules import config_key
+
+SMALL = Task.create("matmul", [(48, 40), (40, 56)])
+
+
+@pytest.fixture(scope="module")
+def workers():
+    builder, runner = Builder(), LocalRunner(repeat=3, min_repeat_ms=5)
+    yield builder, runner
+    builder.close()
+    runner.close()
+
+
+def test_space_knobs_sample_neighbour_and_grid():
+    space = Space(SMALL)
+    assert set(space.knobs) >= {"tile_m", "tile_n", "unroll_k", "tile_k", "pack_b", "parallel"}
+    assert space.size == np.prod([len(space.choices(n)) for n in space.knobs])
+    rng = np.random.default_rng(0)
+    c = space.sample(rng)
+    assert space.check(c) == c
+    n = space.neighbour(c, rng)
+    assert n is not None and sum(n[k] != c[k] for k in c) == 1
+    grid = [config_key(g) for _, g in zip(range(30), space.grid())]
+    assert grid[0] == config_key(space.default) and len(set(grid)) == len(grid)
+    assert space.check(dict(space.default, unroll_k=8, tile_k=4)) is None  # tile_k must be a multiple of unroll_k
+
+
+def test_features_name_knobs_loops_and_task():
+    space = Space(SMALL)
+    f = space.features(space.default)
+    assert f["knob.tile_m"] == pytest.approx(np.log2(1 + space.default["tile_m"]))
+    assert f["loop.parallel.count"] >= 1 and f["loop.vectorized.count"] >= 1
+    assert f["buffer.local.log_bytes"] > 0 and f["task.in0.0"] == pytest.approx(np.log2(49))
+
+
+@pytest.mark.parametrize("objective", ["rank", "reg"])
+def test_cost_model_learns_an_order(objective):
+    rng = np.random.default_rng(0)
+    rows = [{"a": float(a), "b": float(b)} for a, b in rng.uniform(0, 4, size=(64, 2))]
+    labels = [r["a"] - 0.5 * r["b"] for r in rows]
+    model = CostModel(objective)
+    model.fit(rows, labels, [0] * len(rows))
+    pred = model.predict(rows)
+    assert np.corrcoef(pred, labels)[0, 1] > 0.9
+    with pytest.raises(AttrError, match="objective"):
+        CostModel("bogus")
+
+
+def test_task_rejects_bad_input():
+    with pytest.raises(ShapeError, match="matmul"):
+        Task.create("matmul", [(4, 5), (6, 7)])
+    with pytest.raises(ShapeError, match="static dims"):
+        Task.create("relu", [(kiln.te.sym("n"), 4)])
+    with pytest.raises(AttrError, match="tuner"):
+        tune(SMALL, trials=1, tuner="annealing")
+
+
+@pytest.mark.parametrize("tuner", ["random", "grid", "xgb"])
+def test_short_tune_writes_records_and_keeps_the_best(tuner, tmp_path, workers):
+    path = tmp_path / "records.jsonl"
+    options = {"min_train": 4} if tuner == "xgb" else {}
+    result = tune(SMALL, trials=12, tuner=tuner, records=path, batch_size=4, builder=workers[0], runner=workers[1],
+                  **options)
+    lines = path.read_text().splitlines()
+    assert len(lines) == 12 and result.measured == 12
+    recs = [json.loads(line) for line in lines]
+    assert all(r["task_key"] == SMALL.key and r["tuner"] == tuner and r["kiln"] and r["tvm"] for r in recs)
+    assert len({config_key(r["config"]) for r in recs}) == 12  # no config measured twice
+    assert [r["trial"] for r in recs] == list(range(12))
+    assert recs[0]["config"] == Space(SMALL).default
+    ok = [r for r in recs if records.is_ok(r)]
+    assert len(ok) == 12, [r["error"] for r in recs if r["error"]]
+    assert all(len(r["result"]["costs"]) == 3 and r["result"]["gflops"] > 0 for r in ok)
+    assert result.best["result"]["median_s"] <= result.default["result"]["median_s"]
+    assert best(SMALL, path)["config"] == result.best["config"]
+
+
+def test_xgb_tuner_uses_the_model_after_min_train(tmp_path, workers):
+    from kiln.autotune import XGBTuner
+
+    space = Space(SMALL)
+    search = XGBTuner(space, seed=1, min_train=4)
+    rng = np.random.default_rng(0)
+    configs = [space.sample(rng) for _ in range(8)]
+    search.update(configs, [float(c["tile_m"]) for c in configs])  # pretend bigger tile_m is faster
+    batch = search.next_batch(8)
+    assert len(batch) == 8 and not {config_key(c) for c in batch} & search.visited
+    assert np.mean([c["tile_m"] for c in batch]) > np.mean(space.choices("tile_m"))
+
+
+def test_transfer_rows_come_from_other_shapes(tmp_path, workers):
+    from kiln.autotune.tune import transfer_rows
+
+    path = tmp_path / "records.jsonl"
+    other = Task.create("matmul", [(32, 32), (32, 32)])
+    tune(other, trials=4, tuner="random", records=path, batch_size=4, builder=workers[0], runner=workers[1])
+    rows = transfer_rows(SMALL, path)
+    assert len(rows) == 4 and all(g == 1 for _, _, g in rows) and max(s for _, s, _ in rows) == 1.0
+    assert transfer_rows(other, path) == []  # a task's own records are not "transfer"
+
+
+def test_tuned_config_is_used_by_build(tmp_path, monkeypatch):
+    monkeypatch.setattr(records, "_applied", [])
+    path = tmp_path / "records.jsonl"
+    task = Task.create("matmul", [(24, 40), (40, 24)])
+    config = dict(Space(task).default, tile_m=2, unroll_k=1, tile_k=8)
+    rec = records.make_record(task.json, config, result={"median_s": 1e-6, "gflops": 1.0, "costs": [1e-6]})
+    records.append(path, [rec])
+    assert kiln.build("matmul", task.shapes).config == {}
+    apply_records(path)
+    kernel = kiln.build("matmul", task.shapes)
+    assert kernel.config == config and kernel.resolved_config()["tile_m"] == 2
+    a, b = np.ones((24, 40), "float32"), np.ones((40, 24), "float32")
+    np.testing.assert_allclose(kernel(a, b), a @ b)
+    assert kiln.build("matmul", task.shapes, config={}).config == {}  # {} still forces the defaults
+    stale = records.make_record(task.json, {"tile_q": 3}, result={"median_s": 1e-9, "gflops": 9.0, "costs": [1e-9]})
+    records.append(path, [stale])
+    with pytest.warns(RuntimeWarning, match="ignoring the tuning record"):
+        assert kiln.build("matmul", task.shapes).config == {}
+
+
+def test_records_torn_and_corrupt_lines_are_skipped_with_a_warning(tmp_path):
+    path = tmp_path / "r.jsonl"
+    good = records.make_record(SMALL.json, {"tile_m": 4}, result={"median_s": 1.0, "gflops": 1.0, "costs": [1.0]})
+    records.append(path, [good, good])
+    with open(path, "ab") as f:
+        f.write(b'{"format": 1, "task": {"op": "mat')  # a crash mid-write
+    with pytest.warns(RuntimeWarning, match="torn or corrupt"):
+        assert len(records.load(path)) == 2
+    records.append(path, [good])  # the torn line is ended first, the new record survives whole
+    with pytest.warns(RuntimeWarning, match=r"line 3\)"):
+        assert len(load_records(path)) == 3
+    path.write_text(path.read_text() + "not json\n[1, 2]\n")
+    with pytest.warns(RuntimeWarning, match="skipped 3"):
+        assert len(records.load(path, SMALL.key)) == 3
+    assert records.load(tmp_path / "missing.jsonl") == []
+
+
+APPENDER = """
+import sys
+from kiln.autotune import records
+rec = records.make_record({"op": "x", "writer": sys.argv[2]}, {"pad": "y" * 3000}, error={"kind": "test", "message": ""})
+for i in range(150):
+    records.append(sys.argv[1], [dict(rec, trial=i)] * 3)
+"""
+
+
+def test_concurrent_appends_never_interleave(tmp_path):
+    path = tmp_path / "shared.jsonl"
+    procs = [subprocess.Popen([sys.executable, "-c", APPENDER, str(path), str(w)]) for w in range(2)]
+    assert all(p.wait(120) == 0 for p in procs)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")  # any torn line would warn
+        recs = records.load(path)
+    assert len(recs) == 2 * 150 * 3
+    assert {r["task"]["writer"] for r in recs} == {"0", "1"}

@@ -1,0 +1,204 @@
+"""The tuner survives its failures: crashing and hanging kernels, a SIGKILLed
+tuning process, and an RPC server dying mid-run."""
+import json
+import os
+import signal
+import socket
+import subprocess
+import sys
+import threading
+import time
+
+import psutil
+import pytest
+import tvm
+from tvm.s_tir import TensorIntrin
+from tvm.script import tirx as T
+
+from kiln.autotune import LocalRunner, RPCRunner, Task, tune
+from kiln.autotune import records
+from kiln.schedules import config_key, dispatch
+
+
+# -- a template whose "fault" knob swaps the inner loop for abort() or pause() ----
+def _intrin(call: str):
+    @T.prim_func(s_tir=True)
+    def desc(A: T.Buffer((4,), "float32", offset_factor=1), B: T.Buffer((4,), "float32", offset_factor=1)):
+        with T.sblock("root"):
+            T.reads(A[0:4])
+            T.writes(B[0:4])
+            for i in T.serial(0, 4):
+                with T.sblock("update"):
+                    vi = T.axis.remap("S", [i])
+                    B[vi] = A[vi] * T.float32(-1.0)
+
+    @T.prim_func(s_tir=True)
+    def impl(A: T.Buffer((4,), "float32", offset_factor=1), B: T.Buffer((4,), "float32", offset_factor=1)):
+        with T.sblock("root"):
+            T.reads(A[0:4])
+            T.writes(B[0:4])
+            T.evaluate(T.call_extern("int32", call))
+
+    name = f"kiln_test_{call}4"
+    TensorIntrin.register(name, desc, impl, override=True)
+    return name
+
+
+FAULTS = {"abort": _intrin("abort"), "pause": _intrin("pause")}  # abort kills, pause hangs
+
+
+def faulty_negate(sch, block, cfg):
+    fault = cfg.define_knob("fault", ("none", "abort", "pause"), default="none")
+    tile = cfg.define_knob("tile", (4, 8), default=4)
+    (loop,) = sch.get_loops(block)
+    _, inner = sch.split(loop, [None, tile])
+    if fault != "none":
+        _, inner = sch.split(inner, [None, 4])
+        sch.tensorize(inner, FAULTS[fault])
+
+
+def test_crashing_and_hanging_configs_are_recorded_and_the_search_goes_on(tmp_path, monkeypatch):
+    monkeypatch.setitem(dispatch._BY_OP, ("negate", "cpu"), faulty_negate)
+    task = Task.create("negate", [(64,)])
+    path = tmp_path / "records.jsonl"
+    runner = LocalRunner(repeat=2, min_repeat_ms=1, timeout=4)
+    result = tune(task, trials=6, tuner="grid", records=path, runner=runner, batch_size=3)
+    by_fault = {}
+    for r in records.load(path):
+        by_fault.setdefault(r["config"]["fault"], []).append(r)
+    assert len(result.records) == 6
+    assert all(records.is_ok(r) for r in by_fault["none"]) and len(by_fault["none"]) == 2
+    assert [r["error"]["kind"] for r in by_fault["abort"]] == ["crash", "crash"]
+    assert "SIGABRT" in by_fault["abort"][0]["error"]["message"]
+    assert [r["error"]["kind"] for r in by_fault["pause"]] == ["timeout", "timeout"]
+    assert result.best["config"]["fault"] == "none"
+
+
+def test_miscompiled_config_is_caught_by_the_reference_check(tmp_path, monkeypatch):
+    def wrong(sch, block, cfg):
+        cfg.define_knob("sign", (1, -1), default=1)
+        (loop,) = sch.get_loops(block)
+        sch.parallel(loop)
+
+    monkeypatch.setitem(dispatch._BY_OP, ("negate", "cpu"), wrong)
+    task = Task.create("negate", [(64,)])
+    inputs, expected = task.data()
+    monkeypatch.setattr(Task, "data", lambda self: (inputs, [-e for e in expected]))  # a "reference" that disagrees
+    result = tune(task, trials=2, tuner="grid", records=tmp_path / "r.jsonl",
+                  runner=LocalRunner(repeat=2, min_repeat_ms=1))
+    assert [r["error"]["kind"] for r in result.records] == ["wrong_result", "wrong_result"]
+    assert "numpy reference" in result.records[0]["error"]["message"]
+
+
+def _record_lines(path):
+    try:
+        return path.read_text().count("\n")
+    except FileNotFoundError:
+        return 0
+
+
+def test_sigkilled_run_resumes_without_measuring_a_config_twice(tmp_path):
+    path = tmp_path / "records.jsonl"
+    cmd = [sys.executable, "-m", "kiln.cli", "tune", "matmul", "--shape", "40x48x56", "--trials", "20", "--batch", "4",
+           "--tuner", "random", "--records", str(path)]
+    proc = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True)
+    deadline = time.monotonic() + 120
+    while _record_lines(path) < 8 and time.monotonic() < deadline and proc.poll() is None:
+        time.sleep(0.05)
+    os.killpg(proc.pid, signal.SIGKILL)
+    proc.wait()
+    killed_at = _record_lines(path)
+    assert 8 <= killed_at < 20, "the run should have been killed mid-way"
+    out = subprocess.run(cmd + ["--resume", "--json"], capture_output=True, text=True, timeout=300)
+    assert out.returncode == 0, out.stderr
+    summary = json.loads(out.stdout)
+    recs = records.load(path)
+    keys = [config_key(r["config"]) for r in recs]
+    assert len(recs) == 20 and len(set(keys)) == 20
+    assert summary["trials"] == 20 and summary["measured_now"] == 20 - killed_at
+    assert sorted(r["trial"] for r in recs) == list(range(20))
+
+
+# -- RPC: a tracker and two servers on 127.0.0.1 --------------------------------
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def _spawn(args):
+    return subprocess.Popen([sys.executable, "-m", *args], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+                            start_new_session=True)
+
+
+def _kill(proc):
+    try:
+        os.killpg(proc.pid, signal.SIGKILL)
+    except ProcessLookupError:
+        pass
+    proc.wait()
+
+
+@pytest.fixture
+def rpc_cluster():
+    port = _free_port()
+    tracker = _spawn(["tvm.exec.rpc_tracker", "--host", "127.0.0.1", "--port", str(port), "--port-end",
+                      str(port + 1), "--silent"])
+    servers = []
+    try:
+        deadline = time.monotonic() + 60
+        while True:  # wait for the tracker
+            try:
+                client = tvm.rpc.connect_tracker("127.0.0.1", port)
+                break
+            except Exception:  # noqa: BLE001 - not up yet
+                assert time.monotonic() < deadline, "the RPC tracker did not start"
+                time.sleep(0.2)
+        for _ in range(2):
+            sport = _free_port()
+            servers.append(_spawn(["tvm.exec.rpc_server", "--host", "127.0.0.1", "--port", str(sport),
+                                   "--port-end", str(sport + 1), "--tracker", f"127.0.0.1:{port}",
+                                   "--key", "kiln-test", "--silent"]))
+        while client.summary()["queue_info"].get("kiln-test", {}).get("free", 0) < 2:
+            assert time.monotonic() < deadline, "the RPC servers did not register"
+            time.sleep(0.2)
+        yield port, servers
+    finally:
+        for p in servers + [tracker]:
+            _kill(p)
+
+
+def test_rpc_tuning_through_a_tracker_survives_a_server_dying(tmp_path, rpc_cluster):
+    port, servers = rpc_cluster
+    task = Task.create("matmul", [(40, 48), (48, 56)])
+    runner = RPCRunner("127.0.0.1", port, "kiln-test", n_parallel=2, repeat=3, min_repeat_ms=300, timeout=60)
+    victim = psutil.Process(servers[0].pid)
+    killed = threading.Event()
+
+    def kill_during_a_session(progress):
+        if progress.done < 4 or killed.is_set():
+            return
+
+        def watch():  # a session runs in a child of the server: kill the server while one is open
+            deadline = time.monotonic() + 60
+            base = len(victim.children(recursive=True))
+            while time.monotonic() < deadline:
+                if len(victim.children(recursive=True)) > base:
+                    _kill(servers[0])
+                    killed.set()
+                    return
+                time.sleep(0.01)
+
+        threading.Thread(target=watch, daemon=True).start()
+
+    result = tune(task, trials=16, tuner="random", records=tmp_path / "r.jsonl", runner=runner, batch_size=4,
+                  callback=kill_during_a_session)
+    runner.close()
+    assert killed.is_set(), "no measurement reached the server to be killed"
+    recs = result.records
+    assert len(recs) == 16 and len({config_key(r["config"]) for r in recs}) == 16
+    errors = [r for r in recs if r["error"]]
+    assert errors and all(e["error"]["kind"] in ("rpc", "crash", "timeout") for e in errors)
+    ok = [r for r in recs if records.is_ok(r)]
+    assert all(r["device"] == "rpc:kiln-test" for r in ok)
+    assert any(r["trial"] > max(e["trial"] for e in errors) for r in ok), "the run should go on on the other server"
