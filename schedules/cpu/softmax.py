@@ -37,7 +37,7 @@ def schedule_softmax(sch, block, cfg: Config) -> None:
         sch.parallel(rows)
     row_max, row_sum = sch.get_sblock("row_max"), sch.get_sblock("row_sum")
     exp_stage = _find(sch, "row_exp")  # softmax: exp(x - max), computed once per element
-    use_rf = vec > 1 and row_len is not None and row_len % vec == 0
+    use_rf = vec > 1 and row_len is not None and row_len % vec == 0 and row_len > vec  # one slice: nothing to split
     sum_rf, max_rf = (_rfactor(sch, stage, vec) if use_rf else None for stage in (row_sum, row_max))
     # compute_at needs a block's consumers placed first, so go from the output backwards.
     for stage in (row_sum, sum_rf, exp_stage, row_max, max_rf):
