@@ -44,6 +44,11 @@ class Target:
         has = lambda f: bool(codegen.llvm_cpu_has_features([f], self.tvm))  # noqa: E731
         return 512 if has("avx512f") else 256 if has("avx") else 128
 
+    @property
+    def vector_registers(self) -> int:
+        """Architectural vector registers (AVX-512: 32 zmm; AVX2/SSE: 16)."""
+        return 32 if self.vector_bits == 512 else 16
+
     def lanes(self, dtype: str) -> int:
         """Vector lanes for ``dtype`` (e.g. 16 float32 lanes with AVX-512)."""
         bits = 8 if dtype == "bool" else int("".join(c for c in dtype if c.isdigit()) or 32)

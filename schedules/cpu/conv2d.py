@@ -8,9 +8,12 @@ vectors and broadcasts ``tile_ow`` input values: ``tile_ow * tile_oc / lanes``
 FMAs for ``tile_ow + tile_oc / lanes`` loads.
 
 ``tile_oc``   output channels per tile, a multiple of the vector lanes when the
-              channels allow (default: 2 vectors, fewer for narrow layers).
-``tile_ow``   output columns per tile (default: a divisor of the output width
-              up to 8, within the register budget).
+              channels allow.
+``tile_ow``   output columns per tile. Default: the tile with the most
+              accumulators that fit the vector registers among those whose
+              width divides the output width (a tail would be predicated in
+              the micro-kernel), two channel vectors preferred: 4 x 16 for a
+              56-wide map on AVX2, 7 x 8 for a 14-wide one.
 ``unroll_kw`` 1 to unroll the kernel-column loop.
 ``pack_w``    NCHW only: 1 to copy OIHW weights to ``[O / tile_oc, I, KH, KW,
               tile_oc]`` so the channel vector is contiguous (default 1).
@@ -29,22 +32,27 @@ from ..generic import schedule_injective
 from ..util import blocks, const_int, extent
 
 
-def _channel_tile(channels: int | None, lanes: int) -> int:
-    if channels is None:
-        return lanes
-    if channels < lanes:
-        return channels
+def _default_tiles(channels: int | None, width: int | None, lanes: int, budget: int) -> tuple[int, int]:
+    """(tile_oc, tile_ow): the register tile with the most accumulators within
+    ``budget`` whose width divides the output width (a tail tile would be
+    predicated inside the micro-kernel); two channel vectors preferred, as
+    they halve the broadcasts per FMA."""
+    if channels is not None and channels < lanes:
+        return channels, _divisor_tile(width, budget)
+    best = None
     for vectors in (2, 1):
-        if channels % (vectors * lanes) == 0:
-            return vectors * lanes
-    return lanes
+        if channels is not None and channels % (vectors * lanes):
+            continue
+        ow = _divisor_tile(width, budget // vectors)
+        if best is None or ow * vectors > best[0]:
+            best = (ow * vectors, vectors * lanes, ow)
+    return (best[1], best[2]) if best else (lanes, _divisor_tile(width, budget))
 
 
-def _width_tile(width: int | None, limit: int) -> int:
+def _divisor_tile(width: int | None, limit: int) -> int:
     if width is None:
         return min(8, limit)
-    divisors = [d for d in range(4, min(8, limit) + 1) if width % d == 0]
-    return max(divisors) if divisors else min(width, 8, limit)
+    return max(d for d in range(1, max(1, min(width, limit)) + 1) if width % d == 0)
 
 
 @register_template("cpu", ops=("conv2d",))
@@ -58,10 +66,12 @@ def schedule_conv2d(sch, block, cfg: Config) -> None:
     o_ext, z_ext = const_int(extent(sch, o)), const_int(extent(sch, z))
     budget = 24 if lanes >= 16 else 12  # accumulators that fit in the vector registers
 
-    tile_oc = cfg.define_knob("tile_oc", tuple(sorted({lanes, 2 * lanes, 3 * lanes, 4 * lanes, _channel_tile(
-        o_ext, lanes)})), default=_channel_tile(o_ext, lanes))
+    oc_default, ow_default = _default_tiles(o_ext, z_ext, lanes, budget)
+    tile_oc = cfg.define_knob("tile_oc", tuple(sorted({lanes, 2 * lanes, 3 * lanes, 4 * lanes, oc_default})),
+                              default=oc_default)
     vectors = max(1, -(-tile_oc // lanes))
-    tile_ow = cfg.define_knob("tile_ow", tuple(range(1, 17)), default=_width_tile(z_ext, max(1, budget // vectors)))
+    ow_fit = _divisor_tile(z_ext, max(1, budget // vectors)) if tile_oc != oc_default else ow_default
+    tile_ow = cfg.define_knob("tile_ow", tuple(range(1, 17)), default=ow_fit)
     unroll_kw = cfg.define_knob("unroll_kw", (0, 1), default=1)
     pack_w = cfg.define_knob("pack_w", (0, 1), default=int(nchw)) and nchw
     par = cfg.define_knob("parallel", (0, 1), default=1)
