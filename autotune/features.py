@@ -3,8 +3,9 @@
 * config features: one number per knob (log2 of numeric values, the option
   index of the others; one number per factor of a split);
 * loop-nest features, read from the scheduled TensorIR: loops by kind
-  (parallel, vectorized, unrolled, serial) and their extents, the register
-  tile (``local`` buffers) and packed copies (``global`` buffers) in bytes,
+  (parallel, vectorized, unrolled, serial, GPU thread) and their extents, the
+  register tile (``local`` buffers), shared-memory tiles and packed copies
+  (``global`` buffers) in bytes,
   the number of stages and the loop depth;
 * task features: log2 of every input dim, so records of other shapes of the
   same op can seed the model (transfer learning).
@@ -43,14 +44,14 @@ def config_features(knobs: dict, config: dict) -> dict:
 
 def loop_features(func) -> dict:
     """Counts and extents of the loops of a scheduled PrimFunc, by kind."""
-    stats = {"parallel": 0.0, "vectorized": 0.0, "unrolled": 0.0, "serial": 0.0}
+    stats = {"parallel": 0.0, "vectorized": 0.0, "unrolled": 0.0, "serial": 0.0, "thread": 0.0}
     counts = dict.fromkeys(stats, 0)
-    buffers = {"local": 0.0, "global": 0.0}
+    buffers = {"local": 0.0, "shared": 0.0, "global": 0.0}
     blocks = 0
 
     def visit_for(node):
         kind = {tirx.ForKind.PARALLEL: "parallel", tirx.ForKind.VECTORIZED: "vectorized",
-                tirx.ForKind.UNROLLED: "unrolled"}.get(node.kind, "serial")
+                tirx.ForKind.UNROLLED: "unrolled", tirx.ForKind.THREAD_BINDING: "thread"}.get(node.kind, "serial")
         extent = node.extent.value if hasattr(node.extent, "value") else 1
         stats[kind] += math.log2(max(1, extent))
         counts[kind] += 1
@@ -60,7 +61,7 @@ def loop_features(func) -> dict:
         blocks += 1
         for buf in node.alloc_buffers:
             nbytes = _buffer_bytes(buf)
-            scope = "local" if buf.scope().startswith("local") else "global"
+            scope = next((k for k in ("local", "shared") if buf.scope().startswith(k)), "global")
             buffers[scope] += nbytes
 
     tvm_ffi.structural_walk(func.body, [(tirx.For, visit_for), (SBlock, visit_block)], order="post")

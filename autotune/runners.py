@@ -163,11 +163,12 @@ class LocalRunner:
     def describe(self) -> str:
         return "local"
 
-    def _request(self, library: str, data: str) -> dict:
-        return {"cmd": "run", "library": library, "data": data, "rpc": None, **self.timing}
+    def _request(self, library: str, data: str, device: str) -> dict:
+        return {"cmd": "run", "library": library, "data": data, "device": device, "rpc": None, **self.timing}
 
-    def run(self, libraries: list[str], data: str) -> list[dict]:
-        return self._pool.map([self._request(lib, data) for lib in libraries], self.timeout)
+    def run(self, libraries: list[str], data: str, device: str = "cpu") -> list[dict]:
+        """Measure each library on ``device`` ("cpu" or "cuda")."""
+        return self._pool.map([self._request(lib, data, device) for lib in libraries], self.timeout)
 
     def close(self) -> None:
         self._pool.close()
@@ -185,5 +186,5 @@ class RPCRunner(LocalRunner):
     def describe(self) -> str:
         return f"rpc {self.rpc['host']}:{self.rpc['port']} key={self.rpc['key']}"
 
-    def _request(self, library: str, data: str) -> dict:
-        return {**super()._request(library, data), "rpc": self.rpc}
+    def _request(self, library: str, data: str, device: str) -> dict:
+        return {**super()._request(library, data, device), "rpc": self.rpc}

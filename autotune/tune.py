@@ -178,7 +178,7 @@ def _write_data(task: Task, folder: str) -> str:
 def _measure(task, space, batch, builder, runner, folder, data, about, first_trial) -> list[dict]:
     modules = [tvm.ir.save_json(task.lower(c).sch.mod) for c in batch]
     built = builder.build(task.target, modules, folder)
-    ran = iter(runner.run([b["library"] for b in built if b.get("ok")], data))
+    ran = iter(runner.run([b["library"] for b in built if b.get("ok")], data, task.target.kind))
     out = []
     for i, (config, b) in enumerate(zip(batch, built)):
         info = {**about, "trial": first_trial + i, "runner": runner.describe(),

@@ -11,7 +11,8 @@ Requests::
 
     {"cmd": "build", "module": <tvm json>, "target": "cpu:<mcpu>", "out": <.so path>}
     {"cmd": "run", "library": <.so>, "data": <.npz>, "number": n, "repeat": r,
-     "min_repeat_ms": ms, "rtol": x, "atol": y, "rpc": null | {"host", "port", "key", "session_timeout"}}
+     "min_repeat_ms": ms, "rtol": x, "atol": y, "device": "cpu" | "cuda",
+     "rpc": null | {"host", "port", "key", "session_timeout"}}
 """
 from __future__ import annotations
 
@@ -51,10 +52,12 @@ def run(req: dict) -> dict:
             rpc["key"], priority=1, session_timeout=rpc.get("session_timeout", 0))
         remote.upload(req["library"])
         module = remote.load_module(os.path.basename(req["library"]))
-        dev = remote.cpu(0)
+        dev = remote.cuda(0) if req.get("device") == "cuda" else remote.cpu(0)
     else:
         module = tvm.runtime.load_module(req["library"])
-        dev = tvm.cpu(0)
+        dev = tvm.cuda(0) if req.get("device") == "cuda" else tvm.cpu(0)
+    if not dev.exist:
+        return {"ok": False, "kind": "runtime", "message": f"no {req.get('device', 'cpu')} device to measure on"}
     args = [tvm.runtime.tensor(a, dev) for a in inputs]
     outs = [tvm.runtime.empty(e.shape, str(e.dtype), dev) for e in expected]
     module["main"](*args, *outs)

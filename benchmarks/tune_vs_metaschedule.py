@@ -64,11 +64,16 @@ def tune_metaschedule(task: Task, trials: int, folder: str) -> dict:
     target = ms_target(task)
     work = os.path.join(folder, "ms-" + task.key)
     runner = ms.runner.LocalRunner(evaluator_config=ms.runner.EvaluatorConfig(**TIMING))
+    # its 30 s default build timeout kills every build on a 2-core machine, where a builder
+    # worker alone spends seconds importing TVM; kiln's builder allows 60 s per build
+    builder = ms.builder.LocalBuilder(timeout_sec=120)
     start = time.perf_counter()
     db = ms.tune_tir(mod, target, work, max_trials_global=trials, num_trials_per_iter=16, cost_model="xgb",
-                     runner=runner, seed=0)
+                     runner=runner, builder=builder, seed=0)
     wall = time.perf_counter() - start
     sch = ms.tir_integration.compile_tir(db, mod, target)
+    if sch is None:
+        raise RuntimeError(f"MetaSchedule found no valid schedule for {task.name} in {trials} trials (see {work}/logs)")
     lib = os.path.join(folder, f"ms-{task.key}.so")
     tvm.compile(sch.mod, target=target).export_library(lib)
     return {"wall_s": wall, "library": lib}

@@ -2,8 +2,11 @@
 from __future__ import annotations
 
 import json
+from dataclasses import asdict
 
+from ..errors import AttrError
 from ..runtime import build
+from ..schedules.cuda import check
 from .args import add_op_arguments, input_dtypes, input_shapes, parse_attrs
 
 
@@ -11,6 +14,8 @@ def register(subparsers) -> None:
     parser = subparsers.add_parser("show", help="print an op's scheduled TVMScript (and generated source)")
     add_op_arguments(parser)
     parser.add_argument("--source", action="store_true", help="also print the generated source (LLVM IR / CUDA)")
+    parser.add_argument("--traffic", action="store_true",
+                        help="CUDA: the per-block resources and the global->shared / shared->register loads")
     parser.add_argument("--json", action="store_true", help="print one JSON object")
     parser.set_defaults(func=run)
 
@@ -24,6 +29,8 @@ def run(args) -> int:
             "script": kernel.script()}
     if args.source:
         info["source"] = kernel.source()
+    if args.traffic:
+        info.update(_traffic(kernel))
     if args.json:
         print(json.dumps(info, default=list))
         return 0
@@ -33,4 +40,19 @@ def run(args) -> int:
     print(info["script"])
     if args.source:
         print(info["source"])
+    if args.traffic:
+        for i, k in enumerate(info["kernels"]):
+            print(f"# kernel {i}: {k['threads']} threads/block, {k['shared_bytes']} B shared/block, "
+                  f"~{k['registers']} registers/thread")
+        t = info["traffic"]
+        print(f"# traffic: global->shared {t['global_to_shared']:,} elements, "
+              f"shared->register {t['shared_to_register']:,} elements")
     return 0
+
+
+def _traffic(kernel) -> dict:
+
+    if kernel.target.kind != "cuda":
+        raise AttrError("the traffic model is for CUDA schedules: add --target cuda", op="show", arg="--traffic")
+    mod = kernel.ir()
+    return {"kernels": [asdict(k) for k in check.resources(mod)], "traffic": check.traffic(mod)}

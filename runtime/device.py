@@ -30,7 +30,10 @@ class Target:
     def tvm(self) -> tvm.target.Target:
         if self.kind == "cpu":
             return tvm.target.Target({"kind": "llvm", "mcpu": self.mcpu})
-        return tvm.target.Target({"kind": "cuda", "arch": self.arch})
+        # the per-block limits are stated so TVM's GPU verification can check against them
+        return tvm.target.Target({"kind": "cuda", "arch": self.arch, "max_threads_per_block": 1024,
+                                  "max_shared_memory_per_block": 48 * 1024, "registers_per_block": 65536,
+                                  "thread_warp_size": 32})
 
     @property
     def key(self) -> str:

@@ -40,6 +40,9 @@ class Kernel:
                              arg="inputs")
         as_numpy = any(not isinstance(a, tvm.runtime.Tensor) for a in args)
         dev = self.target.device()
+        if not dev.exist:
+            raise KernelRuntimeError(f"no {self.target.kind} device on this machine to run a {self.target} kernel; "
+                                     "its .source() and .script() are available", op=self.op.name)
         tensors = [self._to_device(i, a, dev) for i, a in enumerate(args)]
         actual = [tuple(int(d) for d in t.shape) for t in tensors]
         self._bind(actual)
@@ -90,13 +93,19 @@ class Kernel:
     def _lowered(self):
         return self._relower()
 
+    def ir(self):
+        """The scheduled TensorIR module the kernel was compiled from."""
+        return self._lowered.sch.mod
+
     def script(self) -> str:
         """The scheduled function as TVMScript."""
-        return self._lowered.sch.mod.script()
+        return self.ir().script()
 
     def source(self) -> str:
         """The generated code: LLVM IR for the CPU, CUDA C for GPUs."""
         mods = [self.module] + list(self.module.imports)
+        if self.target.kind == "cuda":  # the device code, not the host launcher
+            mods = [m for m in mods if m.kind == "cuda"] + mods
         for m in mods:
             try:
                 text = m.inspect_source()

@@ -14,6 +14,7 @@ from tvm import te
 
 from ..errors import BuildError, KilnError, ShapeError
 from ..schedules import Config, lookup
+from ..schedules.cuda.check import check_resources
 from ..schedules.dispatch import template_name
 from ..te.shapes import same_dim, shape_str
 
@@ -65,6 +66,8 @@ def schedule(op, func, out_block: str, shapes, dtypes, attrs, target, config=Non
         raise BuildError(f"template {template_name(template)} failed with config {cfg.values}: "
                          f"{_first_line(exc)}", op=op.name, arg="config") from exc
     cfg.check_known()
+    if target.kind == "cuda":  # over the per-block limits: rejected here, before anything is compiled
+        check_resources(sch.mod, target, op.name)
     return Lowered(sch, cfg, template_name(template))
 
 

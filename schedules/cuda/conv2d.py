@@ -1,0 +1,68 @@
+"""CUDA template for conv2d (NCHW), after TVM's classic "optimize convolution
+on GPU" schedule.
+
+A thread block computes ``threads_oc * tile_oc`` output channels by
+``threads_s * tile_s`` output columns of one output row of one image (the
+staged input tile then has a fixed size: ``tile_c`` channels by the kernel's
+rows by the columns the block's outputs read). The input channels run in slices of ``tile_c``: the slice of the
+(zero-padded) input the block's positions read, and the slice of the
+weights its channels need, are copied to shared memory by all the threads
+together; then every thread accumulates its ``tile_oc x tile_s`` register
+tile, loading ``tile_oc`` weights and ``tile_s`` inputs from shared memory
+into registers per kernel tap. NHWC convolutions use the fallback.
+"""
+from __future__ import annotations
+
+from ..config import Config
+from ..dispatch import register_template
+from ..util import blocks, const_int, extent, try_inline
+from .common import bind_rest, cooperative_fetch, pow2_at_least, unroll, write_back
+from .reduction import schedule_auto_cuda
+
+
+@register_template("cuda", ops=("conv2d",))
+def schedule_conv2d_cuda(sch, block, cfg: Config) -> None:
+    if cfg.workload["attrs"]["layout"] != "NCHW":
+        schedule_auto_cuda(sch, block, cfg)
+        return
+    conv = block
+    n, o, y, x, rc, ry, rx = sch.get_loops(conv)
+    o_ext, c_ext = const_int(extent(sch, o)), const_int(extent(sch, rc))
+    s_ext = const_int(extent(sch, x))
+    threads_oc = cfg.define_knob("threads_oc", (1, 2, 4, 8, 16, 32), default=min(8, pow2_at_least(o_ext or 8, 8)))
+    tile_s = cfg.define_knob("tile_s", (1, 2, 4), default=2 if (s_ext or 64) >= 32 else 1)
+    threads_s = cfg.define_knob("threads_s", (4, 8, 16, 32, 64),
+                                default=min(32, max(4, pow2_at_least(-(-(s_ext or 64) // tile_s), 32))))
+    tile_oc = cfg.define_knob("tile_oc", (1, 2, 4, 8), default=4 if (o_ext or 32) >= 4 * threads_oc else 1)
+    tile_c = cfg.define_knob("tile_c", (1, 2, 4, 8, 16), default=min(8, pow2_at_least(c_ext or 8, 8)))
+    vector = cfg.define_knob("vector", (1, 2, 4), default=1)
+
+    data_src = str(sch.get(conv).reads[0].source.name)
+    data_shared = sch.cache_read(conv, 0, "shared")
+    weight_shared = sch.cache_read(conv, 1, "shared")
+    for producer in sch.get_producers(data_shared):  # the zero padding goes into the fetch
+        if sch.get(producer).name_hint == data_src:
+            try_inline(sch, producer)
+    data_local = sch.cache_read(conv, 0, "local")
+    weight_local = sch.cache_read(conv, 1, "local")
+    acc = sch.cache_write(conv, 0, "local")
+
+    ob, ot, oi = sch.split(o, [None, threads_oc, tile_oc])
+    xb, st, si = sch.split(x, [None, threads_s, tile_s])
+    rco, rci = sch.split(rc, [None, tile_c])
+    sch.reorder(n, ob, y, xb, ot, st, rco, rci, ry, rx, oi, si)
+    sch.bind(sch.fuse(n, ob), "blockIdx.y")
+    sch.bind(sch.fuse(y, xb), "blockIdx.x")
+    sch.bind(ot, "threadIdx.y")
+    sch.bind(st, "threadIdx.x")
+    unroll(sch, ot, cfg)
+    sch.reverse_compute_at(acc, st)
+    sch.compute_at(data_local, rx)  # consumers first: compute_at needs them under the loop
+    sch.compute_at(weight_local, rx)
+    sch.compute_at(data_shared, rco)
+    sch.compute_at(weight_shared, rco)
+    cooperative_fetch(sch, data_shared, 5, (threads_oc, threads_s), vector)
+    cooperative_fetch(sch, weight_shared, 5, (threads_oc, threads_s), vector)
+    sch.decompose_reduction(conv, rco)
+    write_back(sch, acc, depth=4)
+    bind_rest(sch, cfg)

@@ -1,0 +1,168 @@
+"""CUDA templates, checked without a GPU: they compile to PTX for sm_80 and
+sm_90, stay within the per-block limits, and the exact scheduled programs
+(shared-memory stages and register tiles included) match numpy on the CPU
+with their thread bindings made serial. The deliberate-bug tests show that
+check can fail."""
+import shutil
+
+import numpy as np
+import pytest
+import tvm
+import tvm_ffi
+from tvm import tirx
+
+import kiln
+from kiln.autotune import Space, Task
+from kiln.errors import KernelRuntimeError, ScheduleError
+from kiln.schedules.cuda import check
+
+from helpers import Case
+
+WORKLOADS = [
+    Case("matmul", [(37, 29), (29, 45)]), Case("matmul", [(3, 17, 9), (9, 70)]),
+    Case("matmul", [(29, 37), (45, 29)], attrs={"transpose_a": True, "transpose_b": True}),
+    Case("matmul", [(5, 7), (7,)]), Case("dense", [(13, 33), (33, 20), (20,)], attrs={"relu": True}),
+    Case("conv2d", [(1, 3, 9, 11), (5, 3, 3, 3)], attrs={"padding": 1}),
+    Case("conv2d", [(2, 16, 14, 14), (24, 16, 3, 3)], attrs={"padding": 1, "stride": 2}),
+    Case("softmax", [(7, 50)]), Case("log_softmax", [(5, 64)]), Case("softmax", [(4, 6, 5)], attrs={"axis": 1}),
+    Case("sum", [(13, 70)], attrs={"axis": 1}), Case("max", [(70, 13)], attrs={"axis": 0}), Case("sum", [(999,)]),
+    Case("logsumexp", [(6, 40)], attrs={"axis": 1}), Case("add", [(33, 17), (17,)]), Case("relu", [(1000, 3)]),
+]
+SM80 = kiln.cuda("sm_80")
+
+
+def _task(case, target=SM80):
+    return Task.create(case.op, case.shapes, case.dtype_list(), case.attrs, target)
+
+
+def _cpu_check(task, config):
+    """The scheduled CUDA program, run on the CPU, against numpy."""
+    low = task.lower(config)
+    inputs, expected = task.data()
+    got = check.run_on_cpu(low.sch.mod, inputs, [(e.shape, str(e.dtype)) for e in expected])
+    for g, e in zip(got, expected):
+        np.testing.assert_allclose(g, e, rtol=1e-4, atol=1e-4, err_msg=f"{task.name} with {low.cfg.resolved()}")
+
+
+@pytest.mark.parametrize("case", WORKLOADS, ids=str)
+def test_default_and_sampled_configs_match_numpy_on_the_cpu(case):
+    task = _task(case)
+    space = Space(task)
+    rng = np.random.default_rng(0)
+    for config in [space.default] + [space.sample(rng) for _ in range(2)]:
+        check.check_resources(task.lower(config).sch.mod, task.target, case.op)
+        _cpu_check(task, config)
+
+
+needs_nvcc = pytest.mark.skipif(shutil.which("nvcc") is None, reason="nvcc is not installed")
+
+
+@needs_nvcc
+@pytest.mark.parametrize("arch", ["sm_80", "sm_90"])
+@pytest.mark.parametrize("case", WORKLOADS[::2] + [WORKLOADS[5]], ids=str)
+def test_templates_compile_to_ptx(case, arch):
+    target = kiln.cuda(arch)
+    task = _task(case, target)
+    ptx = check.compile_ptx(task.lower({}).sch.mod, target, case.op)
+    assert f".target {arch}" in ptx and ".entry" in ptx
+
+
+@needs_nvcc
+def test_a_sampled_matmul_config_compiles_for_both_archs():
+    rng = np.random.default_rng(3)
+    for arch in ("sm_80", "sm_90"):
+        target = kiln.cuda(arch)
+        task = Task.create("matmul", [(96, 80), (80, 72)], target=target)
+        config = Space(task).sample(rng)
+        assert ".entry" in check.compile_ptx(task.lower(config).sch.mod, target, "matmul")
+
+
+def test_configs_over_the_limits_are_rejected_before_compiling():
+    with pytest.raises(ScheduleError, match="shared memory per block"):
+        kiln.build("matmul", [(512, 512), (512, 512)], target=SM80,
+                   config={"threads_m": 32, "threads_n": 32, "tile_m": 8, "tile_n": 8, "tile_k": 32})
+    with pytest.raises(ScheduleError, match="2048 threads per block"):
+        kiln.build("conv2d", [(1, 64, 56, 56), (64, 64, 3, 3)], attrs={"padding": 1}, target=SM80,
+                   config={"threads_oc": 32, "threads_s": 64})
+    task = Task.create("matmul", [(512, 512), (512, 512)], target=SM80)
+    assert Space(task).check({"threads_m": 32, "threads_n": 32, "tile_k": 32}) is None  # the tuner skips it
+
+
+def test_tvm_verification_agrees_with_the_limits(monkeypatch):
+    task = Task.create("matmul", [(512, 512), (512, 512)], target=SM80)
+    assert check._tvm_verifies(task.lower({}).sch.mod, SM80)
+    monkeypatch.setattr("kiln.runtime.lower.check_resources", lambda *args: None)  # lower it unchecked
+    over = task.lower({"threads_m": 32, "threads_n": 32, "tile_m": 8, "tile_n": 8, "tile_k": 32}).sch.mod
+    assert check.resources(over)[0].shared_bytes == 64 * 1024
+    assert not check._tvm_verifies(over, SM80)
+
+
+def test_traffic_model_matches_the_lecture_formulas():
+    n = 256
+    task = Task.create("matmul", [(n, n), (n, n)], target=SM80)
+    for tile, threads in ((8, 16), (4, 16), (4, 8)):
+        config = {"threads_m": threads, "threads_n": threads, "tile_m": tile, "tile_n": tile, "tile_k": 8}
+        counts = check.traffic(task.lower(config).sch.mod)
+        block = threads * tile
+        assert counts["global_to_shared"] == 2 * n ** 3 // block
+        assert counts["shared_to_register"] == 2 * n ** 3 // tile
+
+
+def test_resources_are_per_block_and_per_thread():
+    task = Task.create("matmul", [(256, 256), (256, 256)], target=SM80)
+    (kernel,) = check.resources(task.lower({"threads_m": 16, "threads_n": 16, "tile_m": 8, "tile_n": 8,
+                                             "tile_k": 8}).sch.mod)
+    assert kernel.threads == 256
+    assert kernel.shared_bytes == (128 * 8 + 8 * 128) * 4
+    assert kernel.registers == 8 * 8 + 8 + 8 + check.REGISTER_OVERHEAD
+
+
+def _shift_staged_reads(mod, staged_suffix="_shared"):
+    """A deliberately wrong program: every read of a shared-memory tile takes
+    the element one column to the right (wrapping at the tile's edge)."""
+
+    def shift(load):
+        if not load.source.name.endswith(staged_suffix):
+            return load
+        idx = list(load.indices)
+        idx[-1] = tirx.floormod(idx[-1] + 1, load.source.shape[-1])
+        return tirx.BufferLoad(load.source, idx)
+
+    func = mod["main"]
+    return tvm.IRModule({"main": func.with_body(tvm_ffi.structural_map(func.body, [(tvm.ir.TensorLoad, shift)]))})
+
+
+def test_the_cpu_check_catches_a_staged_tile_read_with_a_wrong_index():
+    task = Task.create("matmul", [(64, 48), (48, 40)], target=SM80)
+    low = task.lower({})
+    inputs, (expected,) = task.data()
+    (good,) = check.run_on_cpu(low.sch.mod, inputs, [(expected.shape, "float32")])
+    np.testing.assert_allclose(good, expected, rtol=1e-4, atol=1e-4)
+    (bad,) = check.run_on_cpu(_shift_staged_reads(low.sch.mod), inputs, [(expected.shape, "float32")])
+    assert not np.allclose(bad, expected, rtol=1e-3, atol=1e-3)
+
+
+def test_the_cpu_check_catches_a_conv_input_tile_read_with_a_wrong_index():
+    task = Task.create("conv2d", [(1, 8, 10, 10), (8, 8, 3, 3)], attrs={"padding": 1}, target=SM80)
+    low = task.lower({})
+    inputs, (expected,) = task.data()
+    (bad,) = check.run_on_cpu(_shift_staged_reads(low.sch.mod), inputs, [(expected.shape, "float32")])
+    assert not np.allclose(bad, expected, rtol=1e-3, atol=1e-3)
+
+
+def test_a_cuda_kernel_without_a_gpu_says_so():
+    kernel = kiln.build("relu", [(64,)], target=SM80)
+    assert "__global__" in kernel.source() and "threadIdx.x" in kernel.source()
+    if tvm.cuda(0).exist:
+        pytest.skip("a GPU is present: the kernel runs")
+    with pytest.raises(KernelRuntimeError, match="no cuda device"):
+        kernel(np.ones(64, "float32"))
+
+
+def test_show_prints_the_traffic_model(capsys):
+    from kiln.cli import main
+
+    assert main(["show", "matmul", "--shape", "256x256x256", "--target", "cuda", "--traffic"]) == 0
+    out = capsys.readouterr().out
+    assert "global->shared 262,144 elements" in out and "shared->register 4,194,304 elements" in out
+    assert "256 threads/block" in out
