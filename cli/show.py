@@ -46,7 +46,8 @@ def run(args) -> int:
                   f"~{k['registers']} registers/thread")
         t = info["traffic"]
         print(f"# traffic: global->shared {t['global_to_shared']:,} elements, "
-              f"shared->register {t['shared_to_register']:,} elements")
+              f"shared->register {t['shared_to_register']:,} elements, "
+              f"global->register {t['global_to_register']:,} elements")
     return 0
 
 

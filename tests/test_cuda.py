@@ -165,4 +165,5 @@ def test_show_prints_the_traffic_model(capsys):
     assert main(["show", "matmul", "--shape", "256x256x256", "--target", "cuda", "--traffic"]) == 0
     out = capsys.readouterr().out
     assert "global->shared 262,144 elements" in out and "shared->register 4,194,304 elements" in out
+    assert "global->register 0 elements" in out
     assert "256 threads/block" in out

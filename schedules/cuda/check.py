@@ -238,17 +238,15 @@ def run_on_cpu(mod, inputs, outputs) -> list:
 
 
 def traffic(mod) -> dict:
-    """Elements loaded global->shared and shared->register by one run of ``mod``:
-    each execution of a block writing a shared buffer is one element fetched
-    into shared memory; each execution of a block copying shared into a local
-    buffer, or each shared read of a block computing from shared memory
-    directly, is one element loaded into a register."""
+    """Elements one run of ``mod`` loads, by where they go: each execution of
+    a block writing a shared buffer fetches one element global->shared; each
+    read of a shared buffer (a copy into registers, or a compute reading
+    shared memory directly) is one shared->register load; every other read of
+    a global buffer is a global->register load."""
     func = mod["main"]
-    scopes = {}
     tops, root = _kernels(func)
-    for b in root.alloc_buffers:
-        scopes[b.name] = b.scope()
-    counts = {"global_to_shared": 0, "shared_to_register": 0}
+    scopes = {b.name: b.scope() for b in root.alloc_buffers}
+    counts = {"global_to_shared": 0, "global_to_register": 0, "shared_to_register": 0}
 
     def visit(node, loops):
         if not isinstance(node, SBlock):
@@ -256,12 +254,12 @@ def traffic(mod) -> dict:
         for b in node.alloc_buffers:
             scopes[b.name] = b.scope()
         runs = _runs(loops)
-        writes = [scopes.get(w.source.name, "global") for w in node.writes]
         reads = [scopes.get(r.source.name, "global") for r in node.reads]
-        if any(w.startswith("shared") for w in writes):
+        if any(scopes.get(w.source.name, "global").startswith("shared") for w in node.writes):
             counts["global_to_shared"] += runs
-        elif any(r.startswith("shared") for r in reads):
-            counts["shared_to_register"] += runs * sum(1 for r in reads if r.startswith("shared"))
+            return
+        counts["shared_to_register"] += runs * sum(1 for r in reads if r.startswith("shared"))
+        counts["global_to_register"] += runs * sum(1 for r in reads if r == "global")
 
     for top in tops:
         _walk(top, visit)
