@@ -50,14 +50,16 @@ def run(req: dict) -> dict:
 
         remote = tvm_rpc.connect_tracker(rpc["host"], int(rpc["port"])).request(
             rpc["key"], priority=1, session_timeout=rpc.get("session_timeout", 0))
-        remote.upload(req["library"])
-        module = remote.load_module(os.path.basename(req["library"]))
         dev = remote.cuda(0) if req.get("device") == "cuda" else remote.cpu(0)
     else:
-        module = tvm.runtime.load_module(req["library"])
         dev = tvm.cuda(0) if req.get("device") == "cuda" else tvm.cpu(0)
-    if not dev.exist:
+    if not dev.exist:  # checked first: a CUDA library does not even load where CUDA is absent
         return {"ok": False, "kind": "runtime", "message": f"no {req.get('device', 'cpu')} device to measure on"}
+    if rpc:
+        remote.upload(req["library"])
+        module = remote.load_module(os.path.basename(req["library"]))
+    else:
+        module = tvm.runtime.load_module(req["library"])
     args = [tvm.runtime.tensor(a, dev) for a in inputs]
     outs = [tvm.runtime.empty(e.shape, str(e.dtype), dev) for e in expected]
     module["main"](*args, *outs)

@@ -167,3 +167,19 @@ def test_show_prints_the_traffic_model(capsys):
     assert "global->shared 262,144 elements" in out and "shared->register 4,194,304 elements" in out
     assert "global->register 0 elements" in out
     assert "256 threads/block" in out
+
+
+def test_the_tuner_builds_cuda_configs_and_records_a_missing_device(tmp_path):
+    """The same knob API tunes CUDA templates: configs are built for the GPU in
+    worker processes; measuring needs a GPU (here or behind an RPC tracker),
+    so without one each trial is recorded as an error and the run completes."""
+    from kiln.autotune import LocalRunner, tune
+
+    if tvm.cuda(0).exist:
+        pytest.skip("a GPU is present: trials would be measured")
+    task = Task.create("matmul", [(64, 64), (64, 64)], target=SM80)
+    result = tune(task, trials=2, tuner="random", records=tmp_path / "r.jsonl", batch_size=2,
+                  runner=LocalRunner(repeat=1, min_repeat_ms=1))
+    assert len(result.records) == 2
+    assert all(r["error"]["kind"] == "runtime" and "no cuda device" in r["error"]["message"] for r in result.records)
+    assert all(r["build_s"] > 0 for r in result.records)  # built before the measurement was refused
