@@ -7,6 +7,9 @@
                       may run on). TVM's own default is half the hardware
                       threads — one thread on a 2-core machine — so kiln sets
                       ``TVM_NUM_THREADS`` before TVM starts its pool.
+``KILN_ENGINE``       ``serial`` runs the dependency engine's work inline, in
+                      push order (for debugging and comparison); a number sets
+                      its worker threads (default: the usable cores).
 """
 from __future__ import annotations
 
@@ -41,6 +44,14 @@ def configure_thread_pool() -> int:
     n = num_threads()
     os.environ["TVM_NUM_THREADS"] = str(n)
     return n
+
+
+def engine_workers() -> int:
+    """Worker threads of the dependency engine; 0 means serial, inline execution."""
+    value = os.environ.get("KILN_ENGINE", "").strip().lower()
+    if value == "serial":
+        return 0
+    return max(1, int(value)) if value.isdigit() else usable_cores()
 
 
 def cache_dir() -> Path:
