@@ -1,5 +1,7 @@
 """Optimizers (needle's conventions). Updates run as compiled kernels on
-detached data, so no graph grows across steps.
+detached data, so no graph grows across steps, and write the parameters and
+the optimizer state in place (``Tensor.apply_``): no new buffer per step for
+them.
 
 SGD: u <- momentum * u + (1 - momentum) * (grad + weight_decay * w);
      w <- w - lr * u.
@@ -30,9 +32,10 @@ class Optimizer:
         with no_grad():
             for i, p in enumerate(self.params):
                 if p.grad is not None:
-                    p.data = self.update(i, p.detach(), p.grad.detach())
+                    self.update(i, p.detach(), p.grad.detach())
 
-    def update(self, i: int, w: Tensor, g: Tensor) -> Tensor:
+    def update(self, i: int, w: Tensor, g: Tensor) -> None:
+        """Update ``w`` (sharing the parameter's memory) in place from its gradient ``g``."""
         raise NotImplementedError
 
 
@@ -55,9 +58,11 @@ class SGD(Optimizer):
         if self.weight_decay:
             g = g + w * self.weight_decay
         if self.momentum:
-            g = self.u[i] * self.momentum + g * (1 - self.momentum) if i in self.u else g * (1 - self.momentum)
-            self.u[i] = g
-        return w - g * self.lr
+            if i in self.u:
+                g = self.u[i].apply_("multiply_scalar", scalar=self.momentum).apply_("add", g * (1 - self.momentum))
+            else:
+                self.u[i] = g = g * (1 - self.momentum)
+        w.apply_("subtract", g * self.lr)
 
 
 class Adam(Optimizer):
@@ -79,12 +84,14 @@ class Adam(Optimizer):
         if self.weight_decay:
             g = g + w * self.weight_decay
         b1, b2 = self.beta1, self.beta2
-        m = self.m[i] * b1 + g * (1 - b1) if i in self.m else g * (1 - b1)
-        v = self.v[i] * b2 + g * g * (1 - b2) if i in self.v else g * g * (1 - b2)
-        self.m[i], self.v[i] = m, v
+        if i in self.m:
+            m = self.m[i].apply_("multiply_scalar", scalar=b1).apply_("add", g * (1 - b1))
+            v = self.v[i].apply_("multiply_scalar", scalar=b2).apply_("add", g * g * (1 - b2))
+        else:
+            m, v = self.m[i], self.v[i] = g * (1 - b1), g * g * (1 - b2)
         # The bias corrections change every step: pass them as 0-d tensors, so
         # the same compiled kernels serve every step (a Python scalar would be
         # baked into a new kernel each time).
         c1 = Tensor(np.asarray(1 - b1 ** self.t, w.dtype))
         c2 = Tensor(np.asarray(1 - b2 ** self.t, w.dtype))
-        return w - (m / c1) * self.lr / ((v / c2).sqrt() + self.eps)
+        w.apply_("subtract", (m / c1) * self.lr / ((v / c2).sqrt() + self.eps))

@@ -2,26 +2,42 @@
 compiled kernel, gradients as graphs of registered ops (needle's design).
 
 An op applied to Tensors goes through ``kiln.te.call`` to ``Tensor._kiln_apply``,
-which runs the op's kernel and, when an input requires a gradient, records
-the op, its inputs and its attributes on the result. ``backward`` walks that
-graph in reverse topological order, calling each op's ``gradient`` (itself
-made of registered ops) and summing gradients over fan-out.
+which pushes the op's kernel to the dependency engine (``runtime/engine.py``)
+and returns at once: each Tensor's memory is an engine variable, so kernels
+run in the order their data needs, independent ones concurrently, and a
+Tensor's values are waited for only when read (``numpy()``).
+
+When an input requires a gradient, the op is recorded in a ``_Node``: the
+op, its attributes, the nodes of its inputs (the graph) and only the values
+its ``gradient`` reads (``Op.grad_inputs``/``grad_output``), so an
+activation no backward needs is freed as soon as the user drops its Tensor.
+``backward`` walks the nodes in reverse topological order; a node's gradient
+runs on views that hold the saved values and stay linked to the graph (so
+gradients of gradients work). Gradients over fan-out accumulate into one
+buffer (add-to, in place); optimizers update parameters in place.
 """
 from __future__ import annotations
 
 import contextlib
 import threading
+import weakref
 
 import numpy as np
 import tvm
 
 from ..errors import DTypeError, ShapeError
 from ..runtime import build, cpu
-from ..te import call
+from ..runtime import engine as _engine
+from ..te import call, get_op
 from ..te.value import ValueOps
 
 _state = threading.local()
 _kernels: dict = {}
+#: below this much work a kernel runs in the pushing thread when its inputs are
+#: ready (a thread hand-off costs more); above it, it runs on the engine's pool
+#: while Python goes on building the step
+SMALL_FLOPS, SMALL_ELEMENTS = 4e6, 1 << 18
+_keep_all = False  # True: save every input and output for backward (to measure what the declarations save)
 
 
 def grad_enabled() -> bool:
@@ -39,14 +55,25 @@ def no_grad():
         _state.grad = before
 
 
+def keep_all_for_backward(keep: bool) -> None:
+    """Save every input and output of recorded ops, ignoring what their gradients
+    declare they read (the behaviour before the declarations; for comparisons)."""
+    global _keep_all
+    _keep_all = bool(keep)
+
+
 def _kernel(op, shapes, dtypes, attrs):
-    """``kiln.build`` behind a per-process dict: a training step calls the same
-    few signatures thousands of times, so skip re-validating and re-hashing."""
+    """``(kernel, small)``: ``kiln.build`` behind a per-process dict (a training
+    step calls the same few signatures thousands of times, so skip
+    re-validating and re-hashing), and whether its work is small."""
     key = (op.name, shapes, dtypes, repr(sorted(attrs.items())))
-    kernel = _kernels.get(key)
-    if kernel is None:
-        kernel = _kernels[key] = build(op, list(shapes), list(dtypes), attrs)
-    return kernel
+    entry = _kernels.get(key)
+    if entry is None:
+        kernel = build(op, list(shapes), list(dtypes), attrs)
+        elements = sum(int(np.prod(s)) for s in shapes) + sum(int(np.prod(s)) for s, _ in kernel.output_specs(shapes))
+        small = op.flops(list(shapes), **kernel.attrs) < SMALL_FLOPS and elements < SMALL_ELEMENTS
+        entry = _kernels[key] = (kernel, small)
+    return entry
 
 
 def _to_device(data, dtype=None) -> tvm.runtime.Tensor:
@@ -65,6 +92,20 @@ def _to_device(data, dtype=None) -> tvm.runtime.Tensor:
     return tvm.runtime.tensor(np.ascontiguousarray(arr) if arr.ndim else arr.copy(), cpu().device())
 
 
+class _Node:
+    """One recorded op application: the op, its attrs, the nodes its inputs
+    came from (``(node, output index)``, or None where an input needs no
+    gradient), and, per input and output, ``(array, var, shape, dtype)`` with
+    the array and var only where the op's gradient reads that value."""
+
+    __slots__ = ("op", "attrs", "parents", "inputs", "outputs", "leaf", "__weakref__")
+
+    def __init__(self, op=None, attrs=None, parents=(), inputs=(), outputs=(), leaf=None):
+        self.op, self.attrs, self.parents = op, attrs or {}, tuple(parents)
+        self.inputs, self.outputs = tuple(inputs), tuple(outputs)
+        self.leaf = leaf  # leaf nodes: a weakref to the leaf Tensor whose .grad they fill
+
+
 class Tensor(ValueOps):
     """An n-dimensional array on a device that records ops for autograd.
 
@@ -77,45 +118,77 @@ class Tensor(ValueOps):
     """
 
     def __init__(self, data, *, dtype=None, requires_grad: bool = False):
-        source = data._array if isinstance(data, Tensor) else data
+        source = data.wait()._array if isinstance(data, Tensor) else data
         self._array = _to_device(source, dtype)
+        self._var = _engine.default().new_var()
+        self._node, self._index, self._shape = None, 0, None
         self.requires_grad = bool(requires_grad)
-        self.op = None
-        self.inputs: tuple = ()
-        self.attrs: dict = {}
         self.grad: Tensor | None = None
-        self._group: list | None = None  # all outputs of a multi-output op
 
     @classmethod
-    def _from_array(cls, array, op=None, inputs=(), attrs=None, requires_grad=False) -> "Tensor":
+    def _wrap(cls, array, var, node=None, index=0, requires_grad=False, shape=None) -> "Tensor":
+        """A Tensor over an array; ``array=None`` (with ``shape``: (dims, dtype))
+        is a value autograd did not keep, which may not be read."""
         t = cls.__new__(cls)
-        t._array, t.op, t.inputs, t.attrs = array, op, tuple(inputs), dict(attrs or {})
-        t.requires_grad, t.grad, t._group = requires_grad, None, None
+        t._array, t._var, t._node, t._index, t._shape = array, var, node, index, shape
+        t.requires_grad, t.grad = requires_grad, None
         return t
 
+    # -- applying ops -------------------------------------------------------------
     @classmethod
-    def _kiln_apply(cls, op, inputs, attrs):
+    def _kiln_apply(cls, op, inputs, attrs, out: "Tensor | None" = None):
         tensors = [v if isinstance(v, Tensor) else Tensor(v) for v in inputs]
+        for t in tensors:
+            if t._array is None:
+                raise RuntimeError(f"a gradient read a value of '{t._shape[2]}' that the op does not declare "
+                                   f"in grad_inputs/grad_output (while applying '{op.name}')")
         shapes = tuple(t.shape for t in tensors)
-        kernel = _kernel(op, shapes, tuple(t.dtype for t in tensors), attrs)
-        outs = kernel(*[t._array for t in tensors])
+        kernel, small = _kernel(op, shapes, tuple(t.dtype for t in tensors), attrs)
+        specs = kernel.output_specs(shapes)
+        if out is not None:
+            _check_inplace(op, tensors, out, specs)
+            arrays, variables = [out._array], [out._var]
+        else:
+            arrays = [tvm.runtime.empty(s, d, cpu().device()) for s, d in specs]
+            variables = [_engine.default().new_var() for _ in specs]
+        ins = [t._array for t in tensors]
+        _engine.default().push(lambda: kernel.launch(ins, arrays), reads=[t._var for t in tensors],
+                               writes=variables, name=op.name, small=small)
+        if out is not None:
+            return out
         record = grad_enabled() and op.differentiable and any(t.requires_grad for t in tensors)
-        keep = tensors if record else ()
-        if not op.multi_output:
-            return cls._from_array(outs, op if record else None, keep, kernel.attrs, record)
-        group = [cls._from_array(o, op if record else None, keep, kernel.attrs, record) for o in outs]
-        for t in group:
-            t._group = group
-        return group
+        node = _record(op, kernel.attrs, tensors, arrays, variables, specs) if record else None
+        outs = [cls._wrap(a, v, node, i, record) for i, (a, v) in enumerate(zip(arrays, variables))]
+        return outs if op.multi_output else outs[0]
+
+    def apply_(self, op_name: str, *others, **attrs) -> "Tensor":
+        """``self = op(self, *others)``, written into ``self``'s memory (the op
+        must declare ``inplace``); never recorded for autograd."""
+        op = get_op(op_name)
+        if grad_enabled() and self.requires_grad:
+            raise ShapeError("an in-place update of a tensor that requires grad would corrupt its graph; "
+                             "do it under kiln.no_grad()", op=op_name, arg="out")
+        return Tensor._kiln_apply(op, [self, *others], attrs, out=self)
 
     # -- data -------------------------------------------------------------------
-    shape = property(lambda self: tuple(int(d) for d in self._array.shape))
-    dtype = property(lambda self: str(self._array.dtype))
-    ndim = property(lambda self: len(self._array.shape))
+    @property
+    def shape(self) -> tuple:
+        return tuple(int(d) for d in self._array.shape) if self._array is not None else self._shape[0]
+
+    @property
+    def dtype(self) -> str:
+        return str(self._array.dtype) if self._array is not None else self._shape[1]
+
+    ndim = property(lambda self: len(self.shape))
 
     @property
     def device(self):
         return cpu()
+
+    @property
+    def op(self):
+        """The op that made this tensor (None for a leaf or an untracked result)."""
+        return self._node.op if self._node is not None else None
 
     @property
     def data(self) -> "Tensor":
@@ -128,13 +201,18 @@ class Tensor(ValueOps):
         if value.shape != self.shape or value.dtype != self.dtype:
             raise ShapeError(f"got {value.shape}:{value.dtype}, expected {self.shape}:{self.dtype}",
                              op="Tensor", arg="data")
-        self._array = value._array
+        self._array, self._var = value._array, value._var
 
     def detach(self) -> "Tensor":
-        return Tensor._from_array(self._array)
+        return Tensor._wrap(self._array, self._var)
+
+    def wait(self) -> "Tensor":
+        """Block until every pushed op writing this tensor has run (raising its error)."""
+        _engine.default().wait_for_var(self._var)
+        return self
 
     def numpy(self) -> np.ndarray:
-        return self._array.numpy()
+        return self.wait()._array.numpy()
 
     def item(self):
         return self.numpy().item()
@@ -149,6 +227,13 @@ class Tensor(ValueOps):
         return f"kiln.Tensor({self.numpy()!r}, dtype={self.dtype}{grad})"
 
     # -- autograd -----------------------------------------------------------------
+    def _edge(self):
+        """(node, output index) that gradients of this tensor flow into; a leaf
+        that requires grad gets its node the first time it is used."""
+        if self._node is None:
+            self._node = _Node(leaf=weakref.ref(self))
+        return self._node, self._index
+
     def backward(self, out_grad: "Tensor | None" = None, create_graph: bool = False) -> None:
         """Accumulate d(self)/d(leaf) into every leaf's ``.grad`` that requires it.
 
@@ -161,41 +246,105 @@ class Tensor(ValueOps):
             backprop(self, out_grad)
 
 
+class _NodeView(Tensor):
+    """An op's output as its ``gradient`` sees it: a Tensor (holding the
+    output's value when the op declared it reads it) with the op's ``inputs``
+    (views too) and ``attrs``. Views stay linked to the graph, so a gradient
+    computed with ``create_graph=True`` can be differentiated again."""
+
+    def __init__(self, node: _Node, index: int = 0):
+        array, var, shape, dtype = node.outputs[index]
+        self._array, self._var, self._node, self._index = array, var, node, index
+        self._shape = (shape, dtype, node.op.name)
+        self.requires_grad, self.grad = True, None
+        self.attrs = node.attrs
+        self.inputs = tuple(_input_view(node, i) for i in range(len(node.inputs)))
+
+
+def _input_view(node: _Node, i: int) -> Tensor:
+    array, var, shape, dtype = node.inputs[i]
+    parent, index = node.parents[i] or (None, 0)
+    return Tensor._wrap(array, var, parent, index, parent is not None, (shape, dtype, node.op.name))
+
+
+def _check_inplace(op, tensors, out, specs) -> None:
+    i = op.inplace.get(0)
+    if i is None or len(specs) != 1 or tensors[i] is not out:
+        raise ShapeError(f"op '{op.name}' cannot write its output into the memory of input "
+                         f"{0 if i is None else i}", op=op.name, arg="out")
+    shape, dtype = specs[0]
+    if tuple(shape) != out.shape or dtype != out.dtype:
+        raise ShapeError(f"got an output of {tuple(shape)}:{dtype}, expected {out.shape}:{out.dtype} to update "
+                         "in place", op=op.name, arg="out")
+
+
+def _record(op, attrs, tensors, arrays, variables, specs) -> _Node:
+    keep_in = range(len(tensors)) if _keep_all or op.grad_inputs is None else op.grad_inputs
+    keep_out = _keep_all or op.grad_output
+    inputs = [(t._array, t._var) if i in keep_in else (None, None) for i, t in enumerate(tensors)]
+    inputs = [pair + (t.shape, t.dtype) for pair, t in zip(inputs, tensors)]
+    outputs = [((a, v) if keep_out else (None, None)) + (tuple(s), d)
+               for a, v, (s, d) in zip(arrays, variables, specs)]
+    parents = [t._edge() if t.requires_grad else None for t in tensors]
+    return _Node(op, attrs, parents, inputs, outputs)
+
+
 def backprop(root: Tensor, out_grad: Tensor) -> None:
-    """Reverse-mode sweep from ``root``; gradients over fan-out are summed."""
-    order = _topological(root)
-    grads: dict[int, Tensor] = {id(root): out_grad}
+    """Reverse-mode sweep from ``root``. Gradients over fan-out are summed:
+    the first sum allocates a buffer, later ones add to it in place (add-to)."""
+    root_node, root_index = root._edge() if root.requires_grad else (None, 0)
+    if root_node is None:
+        return
+    grads: dict[int, list] = {}
+    owned: set[int] = set()  # gradient sums made here: nobody else holds them, so add to them in place
 
-    def add(t, g):
-        prev = grads.get(id(t))
-        grads[id(t)] = g if prev is None else call("add", prev, g)
-
-    for node in reversed(order):
-        outputs = node._group or [node]
-        gs = [grads.pop(id(t), None) for t in outputs]
-        if all(g is None for g in gs):
-            continue
-        if node.op is None:  # a leaf
-            if node.requires_grad:
-                g = gs[0]
-                node.grad = g if node.grad is None else call("add", node.grad, g)
-            continue
-        if node._group is None:
-            in_grads = node.op.gradient(gs[0], node)
+    def add(node, index, g):
+        slot = grads.setdefault(id(node), [None] * max(1, len(node.outputs)))
+        prev = slot[index]
+        if prev is None:
+            slot[index] = g
+        elif id(prev) in owned and not grad_enabled():
+            prev.apply_("add", g)
         else:
-            full = [g if g is not None else Tensor(np.zeros(t.shape, t.dtype)) for g, t in zip(gs, outputs)]
-            in_grads = node.op.gradient(full, node)
-        for inp, g in zip(node.inputs, in_grads):
-            if g is not None and inp.requires_grad:
-                add(inp, g)
+            slot[index] = call("add", prev, g)
+            owned.add(id(slot[index]))
+
+    add(root_node, root_index, out_grad)
+    for node in reversed(_topological(root_node)):
+        gs = grads.pop(id(node), None)
+        if gs is None or all(g is None for g in gs):
+            continue
+        if node.op is None:
+            _accumulate_leaf(node, gs[0])
+            continue
+        if len(node.outputs) == 1:
+            in_grads = node.op.gradient(gs[0], _NodeView(node))
+        else:  # multi-output ops take every output's gradient; the view is the first output
+            full = [g if g is not None else Tensor(np.zeros(o[2], o[3])) for g, o in zip(gs, node.outputs)]
+            in_grads = node.op.gradient(full, _NodeView(node, 0))
+        for edge, g in zip(node.parents, in_grads):
+            if g is not None and edge is not None:
+                add(edge[0], edge[1], g)
 
 
-def _topological(root: Tensor) -> list[Tensor]:
-    """Nodes reachable from ``root`` (one per multi-output group), inputs first."""
+def _accumulate_leaf(node: _Node, g: Tensor) -> None:
+    leaf = node.leaf()
+    if leaf is None or not leaf.requires_grad:
+        return  # the leaf is gone: no one can read its gradient
+    if leaf.grad is None:
+        leaf.grad = g
+    elif not grad_enabled() and leaf.grad._node is None and getattr(leaf, "_grad_owned", False):
+        leaf.grad.apply_("add", g)  # add-to: a later backward sums into the same buffer
+    else:
+        leaf.grad = call("add", leaf.grad, g)
+        leaf._grad_owned = not grad_enabled()
+
+
+def _topological(root: _Node) -> list[_Node]:
+    """Nodes reachable from ``root``, inputs first."""
     order, seen, stack = [], set(), [(root, False)]
     while stack:
         node, done = stack.pop()
-        node = node._group[0] if node._group else node
         if done:
             order.append(node)
             continue
@@ -203,5 +352,5 @@ def _topological(root: Tensor) -> list[Tensor]:
             continue
         seen.add(id(node))
         stack.append((node, True))
-        stack.extend((inp, False) for inp in node.inputs if id(inp) not in seen)
+        stack.extend((p[0], False) for p in node.parents if p is not None and id(p[0]) not in seen)
     return order

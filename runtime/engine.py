@@ -101,11 +101,15 @@ class Engine:
 
     # -- pushing ----------------------------------------------------------------------
     def push(self, fn: Callable[[], None], reads: Iterable[Var] = (), writes: Iterable[Var] = (),
-             device: str = "cpu", name: str | None = None) -> None:
+             device: str = "cpu", name: str | None = None, small: bool = False) -> None:
         """Run ``fn()`` once every earlier conflicting push is done; returns at once.
-        ``device`` is recorded for errors; kiln's kernels run on the CPU pool or
-        launch asynchronously on their device."""
-        self._push(fn, reads, writes, name=name or getattr(fn, "__name__", "op"))
+
+        ``small=True`` marks work too short to be worth a thread hand-off (a
+        kernel of a few microseconds costs less than waking a worker and
+        passing the GIL): when nothing it depends on is pending it runs right
+        here, in the pushing thread. ``device`` names where ``fn`` runs, for
+        errors."""
+        self._push(fn, reads, writes, name=name or getattr(fn, "__name__", "op"), inline=small)
 
     def push_async(self, fn: Callable[[Callable[[BaseException | None], None]], None], reads: Iterable[Var] = (),
                    writes: Iterable[Var] = (), on_complete: Callable[[], None] | None = None,
@@ -117,7 +121,7 @@ class Engine:
                    name=name or getattr(fn, "__name__", "op"))
 
     def _push(self, fn, reads, writes, *, name: str, kind: str = WORK, is_async: bool = False,
-              on_complete=None) -> None:
+              on_complete=None, inline: bool = False) -> None:
         inputs = tuple(dict.fromkeys(reads))
         writes = tuple(dict.fromkeys(writes))
         reads = tuple(v for v in inputs if v not in writes)  # a read-write var orders as a write
@@ -146,7 +150,9 @@ class Engine:
                     op.pending += 1
             self._running += 1
             ready = op.pending == 0
-        if ready:
+        if ready and inline:
+            self._run(op)
+        elif ready:
             self._start(op)
 
     # -- running ----------------------------------------------------------------------
@@ -215,10 +221,12 @@ class Engine:
     def wait_for_var(self, var: Var) -> None:
         """Block until every op pushed so far that touches ``var`` is done;
         raise the error ``var`` carries, if any."""
-        event = threading.Event()
-        # a reader of ``var`` that is never skipped: it only signals
-        self._push(event.set, (var,), (), name=f"wait {var.name}", kind=WAIT)
-        event.wait()
+        with self._lock:
+            idle = var._last_write is None
+        if not idle:  # a reader of ``var`` that is never skipped: it only signals
+            event = threading.Event()
+            self._push(event.set, (var,), (), name=f"wait {var.name}", kind=WAIT, inline=True)
+            event.wait()
         if var._error is not None:
             raise var._error
 

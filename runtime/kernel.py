@@ -48,15 +48,28 @@ class Kernel:
         self._bind(actual)
         outs = self._out_shapes(actual)
         results = [tvm.runtime.empty(s, d, dev) for s, d in zip(outs, self.out_dtypes)]
-        if all(size(s) > 0 for s in outs):
-            try:
-                self._func(*tensors, *results)
-            except Exception as exc:  # noqa: BLE001 - TVM raises C++-backed errors
-                raise KernelRuntimeError(f"kernel failed: {str(exc).strip().splitlines()[-1][:300]}",
-                                         op=self.op.name) from exc
+        self.launch(tensors, results)
         if as_numpy:
             results = [r.numpy() for r in results]
         return results if self.op.multi_output else results[0]
+
+    def output_specs(self, shapes) -> list[tuple[tuple, str]]:
+        """``(shape, dtype)`` of each output for inputs of ``shapes`` (checked
+        against the kernel's signature, symbolic dims bound consistently)."""
+        shapes = [tuple(int(d) for d in s) for s in shapes]
+        self._bind(shapes)
+        return list(zip(self._out_shapes(shapes), self.out_dtypes))
+
+    def launch(self, inputs, outputs) -> None:
+        """Run on device tensors, writing ``outputs`` (allocated by the caller,
+        e.g. with ``output_specs``; an output may be an input's memory when the
+        op declares ``inplace``). No checks beyond the kernel's own."""
+        if all(size(tuple(o.shape)) > 0 for o in outputs):
+            try:
+                self._func(*inputs, *outputs)
+            except Exception as exc:  # noqa: BLE001 - TVM raises C++-backed errors
+                raise KernelRuntimeError(f"kernel failed: {str(exc).strip().splitlines()[-1][:300]}",
+                                         op=self.op.name) from exc
 
     def _to_device(self, i, value, dev):
         want = self.dtypes[i]

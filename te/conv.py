@@ -96,6 +96,8 @@ class Conv2d(Op):
     """``conv2d(x, w)``: see the module docstring for layouts and shapes."""
 
     name = "conv2d"
+    grad_inputs = (0, 1)
+    grad_output = False
     arity = 2
     family = "conv2d"
     dtypes = FLOATS

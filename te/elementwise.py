@@ -7,6 +7,8 @@ array's dtype (NEP 50).
 """
 from __future__ import annotations
 
+from types import MappingProxyType
+
 import numpy as np
 from tvm import te, tirx
 
@@ -27,6 +29,7 @@ class Unary(Op):
 
     dtypes = NUMERIC
     floating = False
+    inplace = MappingProxyType({0: 0})
 
     def infer_shape(self, x):
         return x
@@ -44,6 +47,8 @@ class Unary(Op):
 @register
 class Negate(Unary):
     name = "negate"
+    grad_inputs = ()
+    grad_output = False
     expr = staticmethod(lambda v: -v)
     reference = staticmethod(np.negative)
 
@@ -54,6 +59,8 @@ class Negate(Unary):
 @register
 class Abs(Unary):
     name = "abs"
+    grad_inputs = (0,)
+    grad_output = False
     expr = staticmethod(tirx.abs)
     reference = staticmethod(np.abs)
 
@@ -75,6 +82,8 @@ class Sign(Unary):
 @register
 class Relu(Unary):
     name = "relu"
+    grad_inputs = (0,)
+    grad_output = False
 
     def expr(self, v):
         return tirx.max(v, tirx.const(0, dtype_of(v)))
@@ -90,6 +99,8 @@ class Relu(Unary):
 @register
 class Exp(Unary):
     name = "exp"
+    grad_inputs = ()
+    grad_output = True
     floating = True
     expr = staticmethod(fastmath.exp)
     reference = staticmethod(np.exp)
@@ -101,6 +112,8 @@ class Exp(Unary):
 @register
 class Log(Unary):
     name = "log"
+    grad_inputs = (0,)
+    grad_output = False
     floating = True
     expr = staticmethod(tirx.log)
     reference = staticmethod(np.log)
@@ -112,6 +125,8 @@ class Log(Unary):
 @register
 class Sqrt(Unary):
     name = "sqrt"
+    grad_inputs = ()
+    grad_output = True
     floating = True
     expr = staticmethod(tirx.sqrt)
     reference = staticmethod(np.sqrt)
@@ -123,6 +138,8 @@ class Sqrt(Unary):
 @register
 class Tanh(Unary):
     name = "tanh"
+    grad_inputs = ()
+    grad_output = True
     floating = True
     expr = staticmethod(tirx.tanh)
     reference = staticmethod(np.tanh)
@@ -135,6 +152,8 @@ class Tanh(Unary):
 @register
 class Sigmoid(Unary):
     name = "sigmoid"
+    grad_inputs = ()
+    grad_output = True
     floating = True
 
     def expr(self, v):
@@ -152,6 +171,8 @@ class Sigmoid(Unary):
 @register
 class Cast(Op):
     name = "cast"
+    grad_inputs = ()
+    grad_output = False
     attrs = {"dtype": A.Attr(A.dtype_name, doc="the output dtype")}
 
     def infer_shape(self, x, dtype):
@@ -179,6 +200,7 @@ class Cast(Op):
 class Binary(Op):
     arity = 2
     dtypes = NUMERIC
+    inplace = MappingProxyType({0: 0})  # into ``a`` when it has the output's shape
 
     def infer_shape(self, a, b):
         return broadcast_shapes(self.name, a, b)
@@ -209,6 +231,8 @@ class Binary(Op):
 @register
 class Add(Binary):
     name = "add"
+    grad_inputs = ()
+    grad_output = False
     expr = staticmethod(lambda a, b: a + b)
     reference = staticmethod(np.add)
 
@@ -220,6 +244,8 @@ class Add(Binary):
 @register
 class Subtract(Binary):
     name = "subtract"
+    grad_inputs = ()
+    grad_output = False
     expr = staticmethod(lambda a, b: a - b)
     reference = staticmethod(np.subtract)
 
@@ -231,6 +257,8 @@ class Subtract(Binary):
 @register
 class Multiply(Binary):
     name = "multiply"
+    grad_inputs = (0, 1)
+    grad_output = False
     expr = staticmethod(lambda a, b: a * b)
     reference = staticmethod(np.multiply)
 
@@ -242,6 +270,8 @@ class Multiply(Binary):
 @register
 class Divide(Binary):
     name = "divide"
+    grad_inputs = (1,)
+    grad_output = True
     reference = staticmethod(np.true_divide)
 
     def infer_dtype(self, a, b):
@@ -260,6 +290,8 @@ class Divide(Binary):
 @register
 class Power(Binary):
     name = "power"
+    grad_inputs = (0, 1)
+    grad_output = True
     dtypes = FLOATS
     expr = staticmethod(tirx.power)
     reference = staticmethod(np.power)
@@ -274,6 +306,8 @@ class Power(Binary):
 @register
 class Maximum(Binary):
     name = "maximum"
+    grad_inputs = (0, 1)
+    grad_output = False
     expr = staticmethod(tirx.max)
     reference = staticmethod(np.maximum)
 
@@ -326,6 +360,7 @@ class ScalarOp(Op):
     attrs = {"scalar": A.Attr(A.scalar, doc="the Python number operand")}
     binary: str = ""
     reverse: bool = False
+    inplace = MappingProxyType({0: 0})
 
     @property
     def _bin(self) -> Binary:
@@ -359,11 +394,12 @@ class ScalarOp(Op):
         return self._bin.reference(scalar, x) if self.reverse else self._bin.reference(x, scalar)
 
 
-def _scalar_op(binary: type[Binary], grad=None, *, reverse=False):
-    """Declare ``<binary>_scalar`` (or ``r<binary>_scalar``, the scalar first)."""
+def _scalar_op(binary: type[Binary], grad=None, *, reverse=False, reads=((), False)):
+    """Declare ``<binary>_scalar`` (or ``r<binary>_scalar``, the scalar first);
+    ``reads``: (the inputs, whether the output) its gradient reads."""
     name = ("r" if reverse else "") + binary.name + "_scalar"
     body = {"name": name, "binary": binary.name, "reverse": reverse, "dtypes": binary.dtypes,
-            "differentiable": grad is not None}
+            "differentiable": grad is not None, "grad_inputs": reads[0], "grad_output": reads[1]}
     if grad is not None:
         body["gradient"] = grad
     return register(type(binary.__name__ + ("R" if reverse else "") + "Scalar", (ScalarOp,), body))
@@ -385,12 +421,12 @@ MultiplyScalar = _scalar_op(Multiply, lambda self, g, node: (
 DivideScalar = _scalar_op(Divide, lambda self, g, node: (
     call("divide_scalar", g, scalar=_scalar_attr(node)),))
 RDivideScalar = _scalar_op(Divide, lambda self, g, node: (
-    call("negate", call("divide", call("multiply", g, node), node.inputs[0])),), reverse=True)
+    call("negate", call("divide", call("multiply", g, node), node.inputs[0])),), reverse=True, reads=((0,), True))
 PowerScalar = _scalar_op(Power, lambda self, g, node: (call("multiply", g, call(
     "multiply_scalar", call("power_scalar", node.inputs[0], scalar=_scalar_attr(node) - 1),
-    scalar=_scalar_attr(node))),))
+    scalar=_scalar_attr(node))),), reads=((0,), False))
 MaximumScalar = _scalar_op(Maximum, lambda self, g, node: (call("multiply", g, cast_like(
-    call("greater_equal_scalar", node.inputs[0], scalar=_scalar_attr(node)), g)),))
+    call("greater_equal_scalar", node.inputs[0], scalar=_scalar_attr(node)), g)),), reads=((0,), False))
 EqualScalar = _scalar_op(Equal)
 GreaterEqualScalar = _scalar_op(GreaterEqual)
 GreaterScalar = _scalar_op(Greater)

@@ -68,6 +68,8 @@ class GetItem(Op):
     """numpy basic indexing ``x[index]``: ints drop their dim, slices keep it."""
 
     name = "getitem"
+    grad_inputs = ()
+    grad_output = False
     attrs = {"index": A.Attr(_index, doc="ints, (start, stop, step) slices and ..., one per dim")}
 
     def infer_shape(self, x, index):
@@ -97,6 +99,8 @@ class GetItemGrad(Op):
     """Scatter ``g`` back into zeros of ``shape`` at the positions ``x[index]`` read."""
 
     name = "getitem_grad"
+    grad_inputs = ()
+    grad_output = False
     attrs = {"index": A.Attr(_index, doc="the getitem index"), "shape": A.Attr(A.int_tuple(minimum=0),
                                                                              doc="the input shape of getitem")}
 
@@ -162,6 +166,8 @@ class Stack(_Join):
     """numpy.stack: inputs of one shape joined along a new ``axis``."""
 
     name = "stack"
+    grad_inputs = ()
+    grad_output = False
 
     def infer_shape(self, *xs, axis):
         first = xs[0]
@@ -201,6 +207,8 @@ class Concatenate(_Join):
     """numpy.concatenate along an existing ``axis``."""
 
     name = "concatenate"
+    grad_inputs = ()
+    grad_output = False
 
     def infer_shape(self, *xs, axis):
         first = xs[0]
@@ -241,6 +249,8 @@ class Split(Op):
     """numpy.split with an int: ``sections`` equal parts along ``axis``."""
 
     name = "split"
+    grad_inputs = ()
+    grad_output = False
     multi_output = True
     attrs = {"axis": A.Attr(A.integer, default=0, doc="the axis to split"),
              "sections": A.Attr(A.positive_int, doc="number of equal parts")}

@@ -63,6 +63,8 @@ class Matmul(Op):
     swapped), which gradients use instead of materializing a transpose."""
 
     name = "matmul"
+    grad_inputs = (0, 1)
+    grad_output = False
     arity = 2
     family = "matmul"
     dtypes = NUMERIC
@@ -138,6 +140,8 @@ class Dense(Op):
     schedule computes where the accumulator is written back."""
 
     name = "dense"
+    grad_inputs = (0, 1)
+    grad_output = True
     arity = 3
     family = "matmul"
     dtypes = FLOATS

@@ -105,6 +105,8 @@ def _to_layout(out, layout):
 @register
 class MaxPool2d(_Pool):
     name = "max_pool2d"
+    grad_inputs = (0,)
+    grad_output = False
 
     def compute(self, x, **attrs):
         return max_pool_expr(x, self.name, self.name, **attrs)
@@ -119,6 +121,8 @@ class MaxPool2d(_Pool):
 @register
 class AvgPool2d(_Pool):
     name = "avg_pool2d"
+    grad_inputs = ()
+    grad_output = False
 
     def compute(self, x, **attrs):
         out, raxes, src = pool_windows(self.name, x, **attrs)
@@ -250,6 +254,8 @@ class AvgPool2dGrad(_PoolGrad):
     It is linear, the adjoint of avg_pool2d, so its own gradient is avg_pool2d."""
 
     name = "avg_pool2d_grad"
+    grad_inputs = ()
+    grad_output = False
     differentiable = True
     attrs = {**POOL_ATTRS, "shape": A.Attr(A.int_tuple(4, minimum=1), doc="the pooled input's shape")}
 
@@ -294,6 +300,8 @@ class GlobalAvgPool2d(Op):
     (N, 1, 1, C); ``keepdims=False`` gives (N, C) for both."""
 
     name = "global_avg_pool2d"
+    grad_inputs = ()
+    grad_output = False
     family = "pool"
     dtypes = FLOATS
     attrs = {"layout": POOL_ATTRS["layout"],

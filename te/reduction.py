@@ -73,6 +73,8 @@ class Reduction(Op):
 @register
 class Sum(Reduction):
     name = "sum"
+    grad_inputs = ()
+    grad_output = False
 
     def infer_dtype(self, x, axis, keepdims):
         return "int64" if x in ("int32", "int64") else x
@@ -118,6 +120,8 @@ class Max(Reduction):
 @register
 class Mean(Reduction):
     name = "mean"
+    grad_inputs = ()
+    grad_output = False
 
     def infer_dtype(self, x, axis, keepdims):
         return float_of(x)

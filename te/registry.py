@@ -48,6 +48,15 @@ class Op:
     differentiable: bool = True
     #: True for ops that return a list of outputs (``split``), however many.
     multi_output: bool = False
+    #: what ``gradient`` reads besides the output gradient: the indices of the
+    #: inputs whose values it uses (None: all of them) and whether it uses the
+    #: output's value. Autograd keeps only these after the forward pass, so an
+    #: activation no backward reads is freed as soon as the user drops it.
+    grad_inputs: tuple | None = None
+    grad_output: bool = True
+    #: ``{output: input}``: the output may be written into that input's memory
+    #: (same shape and dtype, each element read before it is written).
+    inplace: Mapping[int, int] = MappingProxyType({})
 
     # -- declared per op ------------------------------------------------------
     def infer_shape(self, *shapes, **attrs):

@@ -47,6 +47,8 @@ def _ravel(indices, shape):
 @register
 class Reshape(Op):
     name = "reshape"
+    grad_inputs = ()
+    grad_output = False
     attrs = {"shape": A.Attr(_int_shape, doc="the new shape; one dim may be -1")}
 
     def infer_shape(self, x, shape):
@@ -82,6 +84,8 @@ class Reshape(Op):
 @register
 class BroadcastTo(Op):
     name = "broadcast_to"
+    grad_inputs = ()
+    grad_output = False
     attrs = {"shape": A.Attr(_int_shape, doc="the target shape")}
 
     def infer_shape(self, x, shape):
@@ -111,6 +115,8 @@ class Transpose(Op):
     """numpy's transpose: ``axes`` None reverses the axes, else a permutation."""
 
     name = "transpose"
+    grad_inputs = ()
+    grad_output = False
     attrs = {"axes": A.Attr(_perm, default=None, doc="a permutation of the axes (None: reverse)")}
 
     def perm(self, ndim, axes):
@@ -141,6 +147,8 @@ class Transpose(Op):
 @register
 class Flip(Op):
     name = "flip"
+    grad_inputs = ()
+    grad_output = False
     attrs = {"axis": A.Attr(A.axes, default=None, doc="axes to reverse (None: all)")}
 
     def infer_shape(self, x, axis):
@@ -169,6 +177,8 @@ def _pad_width(op: str, name: str, value):
 @register
 class Pad(Op):
     name = "pad"
+    grad_inputs = ()
+    grad_output = False
     attrs = {"pad_width": A.Attr(_pad_width, doc="((before, after), ...) for every axis"),
              "value": A.Attr(A.scalar, default=0, doc="the constant written in the padding")}
 
@@ -212,6 +222,8 @@ class Dilate(_Dilation):
     a dim of size n becomes n * (dilation + 1)."""
 
     name = "dilate"
+    grad_inputs = ()
+    grad_output = False
 
     def infer_shape(self, x, axes, dilation):
         ax = self.axes_of(len(x), axes)
@@ -243,6 +255,8 @@ class Undilate(_Dilation):
     """Keep every ``(dilation + 1)``-th element along ``axes``: the inverse of dilate."""
 
     name = "undilate"
+    grad_inputs = ()
+    grad_output = False
 
     def infer_shape(self, x, axes, dilation):
         ax = self.axes_of(len(x), axes)

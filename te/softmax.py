@@ -58,6 +58,8 @@ class RowOp(Op):
 @register
 class Softmax(RowOp):
     name = "softmax"
+    grad_inputs = ()
+    grad_output = True
 
     def compute(self, x, axis):
         """exp(x - max) is its own stage so a schedule can compute it once per
@@ -85,6 +87,8 @@ class Softmax(RowOp):
 @register
 class LogSoftmax(RowOp):
     name = "log_softmax"
+    grad_inputs = ()
+    grad_output = True
 
     def compute(self, x, axis):
         axis = normalize_axis(self.name, axis, len(x.shape))
@@ -131,6 +135,8 @@ class SoftmaxCrossEntropy(Op):
     """Mean over the batch of ``-log softmax(logits)[i, labels[i]]``: logits (N, C), labels (N,)."""
 
     name = "softmax_cross_entropy"
+    grad_inputs = (0, 1)
+    grad_output = False
     arity = 2
     family = "softmax"
     dtypes = FLOATS + INTS

@@ -93,26 +93,43 @@ def check_forward(case: Case, seed: int = 0, target=None) -> None:
 
 # -- an eager evaluator: gradients are graphs of ops, evaluated with compiled kernels --
 class Eager:
-    """A value for ``kiln.te.call``: each op runs as a compiled kernel at once."""
+    """A value for ``kiln.te.call``: each op runs as a compiled kernel at once.
+    A hollow value (``data=None``) has a shape and dtype only: it stands for
+    what an op's gradient declared it does not read, and reading it fails."""
 
-    def __init__(self, data, inputs=(), attrs=None, op=None):
-        self.data = np.asarray(data)
+    def __init__(self, data, inputs=(), attrs=None, op=None, like=None):
+        self.data = None if data is None else np.asarray(data)
         self.inputs = tuple(inputs)
         self.attrs = dict(attrs or {})
         self.op = op
+        self._like = like  # (shape, dtype) of a hollow value
 
-    shape = property(lambda self: self.data.shape)
-    dtype = property(lambda self: str(self.data.dtype))
+    shape = property(lambda self: self.data.shape if self.data is not None else self._like[0])
+    dtype = property(lambda self: str(self.data.dtype) if self.data is not None else self._like[1])
+
+    def hollow(self) -> "Eager":
+        return Eager(None, self.inputs, self.attrs, self.op, like=(self.shape, self.dtype))
 
     @classmethod
     def _kiln_apply(cls, op, inputs, attrs):
         inputs = [v if isinstance(v, Eager) else Eager(v) for v in inputs]
+        if any(v.data is None for v in inputs):
+            raise AssertionError(f"a gradient read a value its op does not declare in grad_inputs/grad_output "
+                                 f"(while applying '{op.name}')")
         kernel = kiln.build(op.name, [v.shape for v in inputs], [v.dtype for v in inputs], attrs)
         out = kernel(*[v.data for v in inputs])
         parsed = op.parse_attrs(attrs)
         if isinstance(out, list):
             return [cls(o, inputs, parsed, op) for o in out]
         return cls(out, inputs, parsed, op)
+
+
+def _declared(op, node: Eager) -> Eager:
+    """``node`` as autograd keeps it: only the values the op's gradient declares it reads."""
+    keep = range(len(node.inputs)) if op.grad_inputs is None else op.grad_inputs
+    inputs = [x if i in keep else x.hollow() for i, x in enumerate(node.inputs)]
+    out = Eager(node.data if op.grad_output else None, inputs, node.attrs, node.op, like=(node.shape, node.dtype))
+    return out
 
 
 def gradient_check(case: Case, seed: int = 0, eps: float = 1e-6) -> None:
@@ -124,6 +141,8 @@ def gradient_check(case: Case, seed: int = 0, eps: float = 1e-6) -> None:
     arrays = random_inputs(case, rng, dtypes)
     node = Eager._kiln_apply(op, [Eager(a) for a in arrays], case.attrs)
     outs = as_list(node)
+    node = _declared(op, outs[0]) if len(outs) == 1 else node
+    outs = [node] if len(outs) == 1 else outs
     weights = [rng.uniform(-1, 1, o.shape) for o in outs]
     if len(outs) == 1:
         grads = op.gradient(Eager(weights[0]), node)
