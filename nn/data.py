@@ -4,6 +4,7 @@ from __future__ import annotations
 import numpy as np
 
 from ..errors import AttrError, DataError
+from ..runtime import engine
 
 
 class Dataset:
@@ -78,10 +79,25 @@ class DataLoader:
         return n // self.batch_size if self.drop_last else -(-n // self.batch_size)
 
     def __iter__(self):
+        """Batches in order; the next batch is assembled by the dependency
+        engine while the current one is used (one batch ahead)."""
         order = self.rng.permutation(len(self.dataset)) if self.shuffle else np.arange(len(self.dataset))
+        eng = engine.default()
+        slots, batches = [eng.new_var("batch 0"), eng.new_var("batch 1")], [None, None]
+
+        def assemble(b):
+            def run():
+                items = [self.dataset[int(i)] for i in order[b * self.batch_size:(b + 1) * self.batch_size]]
+                batches[b % 2] = tuple(np.stack(col) for col in zip(*items))
+            return run
+
+        if len(self):
+            eng.push(assemble(0), writes=[slots[0]], name="assemble batch")
         for b in range(len(self)):
-            items = [self.dataset[int(i)] for i in order[b * self.batch_size:(b + 1) * self.batch_size]]
-            yield tuple(np.stack(col) for col in zip(*items))
+            if b + 1 < len(self):
+                eng.push(assemble(b + 1), writes=[slots[(b + 1) % 2]], name="assemble batch")
+            eng.wait_for_var(slots[b % 2])
+            yield batches[b % 2]
 
 
 def digits(split="train", flatten=True):

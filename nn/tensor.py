@@ -279,8 +279,9 @@ def _check_inplace(op, tensors, out, specs) -> None:
 
 
 def _record(op, attrs, tensors, arrays, variables, specs) -> _Node:
-    keep_in = range(len(tensors)) if _keep_all or op.grad_inputs is None else op.grad_inputs
-    keep_out = _keep_all or op.grad_output
+    grad_inputs, grad_output = op.grad_saves(attrs)
+    keep_in = range(len(tensors)) if _keep_all or grad_inputs is None else grad_inputs
+    keep_out = _keep_all or grad_output
     inputs = [(t._array, t._var) if i in keep_in else (None, None) for i, t in enumerate(tensors)]
     inputs = [pair + (t.shape, t.dtype) for pair, t in zip(inputs, tensors)]
     outputs = [((a, v) if keep_out else (None, None)) + (tuple(s), d)

@@ -82,8 +82,8 @@ class Sign(Unary):
 @register
 class Relu(Unary):
     name = "relu"
-    grad_inputs = (0,)
-    grad_output = False
+    grad_inputs = ()
+    grad_output = True  # y > 0 exactly where x > 0: the output alone masks the gradient
 
     def expr(self, v):
         return tirx.max(v, tirx.const(0, dtype_of(v)))
@@ -92,8 +92,7 @@ class Relu(Unary):
         return np.maximum(x, np.zeros((), x.dtype))
 
     def gradient(self, g, node):
-        x = node.inputs[0]
-        return (call("multiply", g, cast_like(call("greater_scalar", x, scalar=0), g)),)
+        return (call("multiply", g, cast_like(call("greater_scalar", node, scalar=0), g)),)
 
 
 @register

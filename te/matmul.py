@@ -142,6 +142,9 @@ class Dense(Op):
     name = "dense"
     grad_inputs = (0, 1)
     grad_output = True
+
+    def grad_saves(self, attrs):
+        return (0, 1), bool(attrs["relu"])  # the relu's mask is read from the output
     arity = 3
     family = "matmul"
     dtypes = FLOATS

@@ -71,6 +71,11 @@ class Op:
         """The TVM tensor expression: te.Tensor inputs -> te.Tensor (or a list)."""
         raise NotImplementedError
 
+    def grad_saves(self, attrs) -> tuple:
+        """``(inputs, output)`` the gradient reads for these attrs: the input
+        indices (None: all) and whether the output (``grad_inputs``/``grad_output``)."""
+        return self.grad_inputs, self.grad_output
+
     def gradient(self, out_grad, node):
         """Adjoints of the inputs (None where not differentiable). ``node`` is the
         op's output value: ``node.inputs``, ``node.attrs``, ``node.shape``."""

@@ -126,9 +126,10 @@ class Eager:
 
 def _declared(op, node: Eager) -> Eager:
     """``node`` as autograd keeps it: only the values the op's gradient declares it reads."""
-    keep = range(len(node.inputs)) if op.grad_inputs is None else op.grad_inputs
+    grad_inputs, grad_output = op.grad_saves(node.attrs)
+    keep = range(len(node.inputs)) if grad_inputs is None else grad_inputs
     inputs = [x if i in keep else x.hollow() for i, x in enumerate(node.inputs)]
-    out = Eager(node.data if op.grad_output else None, inputs, node.attrs, node.op, like=(node.shape, node.dtype))
+    out = Eager(node.data if grad_output else None, inputs, node.attrs, node.op, like=(node.shape, node.dtype))
     return out
 
 
