@@ -25,10 +25,11 @@ import weakref
 import numpy as np
 import tvm
 
-from ..errors import DTypeError, ShapeError
+from ..errors import DTypeError, KilnError, ShapeError
 from ..runtime import build, cpu
+from ..runtime.kernel import actual_rows
 from ..runtime import engine as _engine
-from ..te import call, get_op
+from ..te import call, get_op, sym
 from ..te.value import ValueOps
 
 _state = threading.local()
@@ -37,6 +38,8 @@ _kernels: dict = {}
 #: ready (a thread hand-off costs more); above it, it runs on the engine's pool
 #: while Python goes on building the step
 SMALL_FLOPS, SMALL_ELEMENTS = 4e6, 1 << 18
+SPECIALIZE_LIMIT = 4
+_seen: dict = {}  # (op, dtypes, attrs, ranks) -> the first shapes it was compiled for
 _keep_all = False  # True: save every input and output for backward (to measure what the declarations save)
 
 
@@ -65,15 +68,47 @@ def keep_all_for_backward(keep: bool) -> None:
 def _kernel(op, shapes, dtypes, attrs):
     """``(kernel, small)``: ``kiln.build`` behind a per-process dict (a training
     step calls the same few signatures thousands of times, so skip
-    re-validating and re-hashing), and whether its work is small."""
+    re-validating and re-hashing), and whether its work is small.
+
+    Sizes: a signature is compiled for its concrete shapes (the fastest
+    code) until it has been seen at ``SPECIALIZE_LIMIT`` shapes; from the next
+    new shape on, the dims that varied become symbolic and one kernel serves
+    every later size (no compile per batch size or per data-dependent length)."""
     key = (op.name, shapes, dtypes, repr(sorted(attrs.items())))
     entry = _kernels.get(key)
     if entry is None:
-        kernel = build(op, list(shapes), list(dtypes), attrs)
+        family = (key[0], key[2], key[3], tuple(len(s) for s in shapes))
+        seen = _seen.setdefault(family, [])
+        kernel = None
+        if len(seen) < SPECIALIZE_LIMIT:
+            seen.append(shapes)
+        else:
+            kernel = _general_kernel(op, seen + [shapes], dtypes, attrs)
+        kernel = kernel or build(op, list(shapes), list(dtypes), attrs)
         elements = sum(int(np.prod(s)) for s in shapes) + sum(int(np.prod(s)) for s, _ in kernel.output_specs(shapes))
         small = op.flops(list(shapes), **kernel.attrs) < SMALL_FLOPS and elements < SMALL_ELEMENTS
         entry = _kernels[key] = (kernel, small)
     return entry
+
+
+def _general_kernel(op, seen, dtypes, attrs):
+    """One kernel for every shape in ``seen``: dims that varied are symbolic
+    (dims that were always equal share a symbol); None if the op rejects it."""
+    history: dict[tuple, list] = {}
+    for i, dims in enumerate(seen[0]):
+        for ax in range(len(dims)):
+            values = tuple(s[i][ax] for s in seen)
+            if len(set(values)) > 1:
+                history.setdefault(values, []).append((i, ax))
+    syms = {values: sym(f"d{k}") for k, values in enumerate(history)}
+    where = {pos: syms[values] for values, positions in history.items() for pos in positions}
+    general = [tuple(where.get((i, ax), d) for ax, d in enumerate(dims)) for i, dims in enumerate(seen[-1])]
+    try:
+        kernel = build(op, general, list(dtypes), attrs)
+        kernel.output_specs(seen[-1])  # the current shapes bind consistently
+    except KilnError:
+        return None
+    return kernel
 
 
 def _to_device(data, dtype=None) -> tvm.runtime.Tensor:
@@ -156,6 +191,9 @@ class Tensor(ValueOps):
                                writes=variables, name=op.name, small=small)
         if out is not None:
             return out
+        if op.data_dependent:  # its length is known once it has run: wait for it
+            _engine.default().wait_for_var(variables[1])
+            arrays, variables, specs = [actual_rows(*arrays)], variables[:1], specs[:1]
         record = grad_enabled() and op.differentiable and any(t.requires_grad for t in tensors)
         node = _record(op, kernel.attrs, tensors, arrays, variables, specs) if record else None
         outs = [cls._wrap(a, v, node, i, record) for i, (a, v) in enumerate(zip(arrays, variables))]

@@ -8,7 +8,13 @@ import numpy as np
 import tvm
 
 from ..errors import DTypeError, KernelRuntimeError, ShapeError
-from ..te.shapes import is_static, shape_str, size, static
+from ..te.shapes import is_static, shape_str, size, static, upper_bounds
+
+
+def actual_rows(storage, length):
+    """The first ``length[0]`` rows of a data-dependent op's storage (a view, no copy)."""
+    rows = int(length.numpy()[0])
+    return storage._create_view((rows,) + tuple(int(d) for d in storage.shape[1:]))
 
 
 class Kernel:
@@ -49,6 +55,8 @@ class Kernel:
         outs = self._out_shapes(actual)
         results = [tvm.runtime.empty(s, d, dev) for s, d in zip(outs, self.out_dtypes)]
         self.launch(tensors, results)
+        if self.op.data_dependent:
+            results = [actual_rows(*results)]
         if as_numpy:
             results = [r.numpy() for r in results]
         return results if self.op.multi_output else results[0]
@@ -98,7 +106,9 @@ class Kernel:
 
     def _out_shapes(self, actual):
         shapes = self.op.infer_shape(*actual, **self.attrs)
-        shapes = shapes if self.op.multi_output else [shapes]
+        if self.op.data_dependent:  # the storage of the upper bound, and the actual length
+            shapes = [upper_bounds(shapes), (1,)]
+        shapes = shapes if self.op.multi_output or self.op.data_dependent else [shapes]
         return [tuple(int(static(d)) for d in s) for s in shapes]
 
     # -- inspecting ---------------------------------------------------------------

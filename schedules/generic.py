@@ -154,6 +154,16 @@ def _rfactor(sch, block, spatial, reduce, red_n, lanes, par, cfg, prefix):
     sch.decompose_reduction(rf, r_outer)
 
 
+@register_template("cpu", families=("dynamic",))
+def schedule_serial(sch, block, cfg: Config) -> None:
+    """Data-dependent ops (``masked_select``...): the compaction is one serial
+    loop with a running count, written out in the op (an opaque block); the
+    copies that flatten its inputs run as injective loops."""
+    for b in blocks(sch):
+        if sch.get_loops(b) and not is_reduction(sch, b):
+            schedule_injective(sch, b, cfg, block_name(sch, b) + ".")
+
+
 @register_template("cpu", fallback=True)
 def schedule_auto(sch, block, cfg: Config) -> None:
     """Any op: inline intermediate injective blocks, then schedule each remaining

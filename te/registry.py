@@ -24,7 +24,7 @@ from typing import Any, Mapping, Sequence
 
 from ..errors import AttrError, DTypeError, OpNotFoundError, ShapeError
 from .attrs import REQUIRED, Attr
-from .shapes import DTYPES, canonical, check_dtype, shape_str
+from .shapes import DTYPES, canonical, check_dtype, shape_str, upper_bounds
 
 _REGISTRY: dict[str, "Op"] = {}
 
@@ -54,6 +54,11 @@ class Op:
     #: activation no backward reads is freed as soon as the user drops it.
     grad_inputs: tuple | None = None
     grad_output: bool = True
+    #: True for ops whose output length depends on the values (``masked_select``):
+    #: ``infer_shape`` returns the output with a ``Bounded`` dim, and the kernel
+    #: writes storage of the upper bound plus the actual length (a second
+    #: output, int32 of shape (1,)); callers get the first ``length`` rows.
+    data_dependent: bool = False
     #: ``{output: input}``: the output may be written into that input's memory
     #: (same shape and dtype, each element read before it is written).
     inplace: Mapping[int, int] = MappingProxyType({})
@@ -126,7 +131,9 @@ class Op:
         attrs = self.parse_attrs(attrs)
         out_shapes = self.infer_shape(*shapes, **attrs)
         out_dtypes = self.infer_dtype(*dtypes, **attrs)
-        if not self.multi_output:
+        if self.data_dependent:  # the kernel's outputs: the storage and the length
+            out_shapes, out_dtypes = [upper_bounds(out_shapes), (1,)], [out_dtypes, "int32"]
+        elif not self.multi_output:
             out_shapes, out_dtypes = [out_shapes], [out_dtypes]
         elif isinstance(out_dtypes, str):
             out_dtypes = [out_dtypes] * len(out_shapes)

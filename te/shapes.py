@@ -28,6 +28,30 @@ def sym(name: str) -> tirx.Var:
     return tirx.Var(name, "int32")
 
 
+class Bounded:
+    """A dim known only when the op runs (a data-dependent length), with bounds:
+    ``Bounded(0, n)`` is what ``masked_select`` of ``n`` elements returns."""
+
+    __slots__ = ("low", "high")
+
+    def __init__(self, low: int, high: int):
+        self.low, self.high = int(low), int(high)
+
+    def __eq__(self, other) -> bool:
+        return isinstance(other, Bounded) and (self.low, self.high) == (other.low, other.high)
+
+    def __hash__(self) -> int:
+        return hash((self.low, self.high))
+
+    def __repr__(self) -> str:
+        return f"?[{self.low}..{self.high}]"
+
+
+def upper_bounds(shape: Sequence) -> tuple:
+    """``shape`` with each ``Bounded`` dim at its maximum (the storage a kernel writes)."""
+    return tuple(d.high if isinstance(d, Bounded) else d for d in shape)
+
+
 def is_static(dim) -> bool:
     return isinstance(dim, numbers.Integral) or isinstance(dim, tirx.IntImm)
 
@@ -72,7 +96,8 @@ def size(shape: Sequence):
 
 
 def shape_str(shape: Sequence) -> str:
-    return "(" + ", ".join(str(static(d)) for d in shape) + ("," if len(shape) == 1 else "") + ")"
+    dims = [repr(d) if isinstance(d, Bounded) else str(static(d)) for d in shape]
+    return "(" + ", ".join(dims) + ("," if len(shape) == 1 else "") + ")"
 
 
 def broadcast_shapes(op: str, *shapes: Shape) -> Shape:

@@ -70,6 +70,12 @@ class ValueOps:
     def astype(self, dtype):
         return call("cast", self, dtype=dtype)
 
+    def masked_select(self, mask):
+        """The elements where ``mask`` is true (1-D; its length depends on the data)."""
+        return call("masked_select", self, mask)
+
+    nonzero = lambda self: call("nonzero", self)  # noqa: E731
+    unique = lambda self: call("unique", self)  # noqa: E731
     exp = lambda self: call("exp", self)  # noqa: E731
     log = lambda self: call("log", self)  # noqa: E731
     relu = lambda self: call("relu", self)  # noqa: E731

@@ -83,13 +83,13 @@ def schedule_matmul(sch, block, cfg: Config) -> None:
     fits = [t for t in TILE_M if t * vectors + vectors + 1 <= cfg.target.vector_registers]
     tile_m = cfg.define_knob("tile_m", TILE_M, default=max(t for t in fits if m_ext is None or t <= max(m_ext, 1)))
     unroll_k = cfg.define_knob("unroll_k", (1, 2, 4, 8), default=4 if k_ext is None or k_ext >= 4 else 1)
-    static = None not in (m_ext, n_ext, k_ext)
-    pack_a = cfg.define_knob("pack_a", (0, 1), default=int(static and a_matrix)) and a_matrix
-    pack_b = cfg.define_knob("pack_b", (0, 1), default=int(static and b_matrix)) and b_matrix
+    pack_a = cfg.define_knob("pack_a", (0, 1), default=int(a_matrix)) and a_matrix
+    pack_b = cfg.define_knob("pack_b", (0, 1), default=int(b_matrix)) and b_matrix
     par = cfg.define_knob("parallel", (0, 1), default=1)
 
-    pads = [tile_m if m_ext else 1, tile_n if n_ext else 1, unroll_k if k_ext else 1]
-    if any(e and e % p for e, p in zip((m_ext, n_ext, k_ext), pads)):
+    pads = [tile_m, tile_n, unroll_k]
+    if any(e is None or e % p for e, p in zip((m_ext, n_ext, k_ext), pads)):
+        # a symbolic dim is padded too: its last tile then never needs a bounds check but the write-back's
         sch.pad_einsum(red, [1] * nbatch + pads)
     k_pad = _round_up(k_ext, unroll_k) if k_ext else None
     k_opts = tuple(_k_blocks(k_pad, unroll_k)) if k_pad else (unroll_k,)

@@ -16,6 +16,7 @@ Injective ops are fused and spread flat over blocks x threads.
 """
 from __future__ import annotations
 
+from ...errors import ScheduleError
 from ..config import Config
 from ..dispatch import register_template
 from ..util import block_name, blocks, const_int, extent, is_output, is_reduction, iter_kinds, try_inline
@@ -133,6 +134,12 @@ def schedule_softmax_cuda(sch, block, cfg: Config) -> None:
             sch.bind(rtx, "threadIdx.x")
         else:  # exp(x - max) once per element, kept for the sum and the output
             _threads_over(sch, b, sch.get_loops(b)[1:], threads)
+
+
+@register_template("cuda", families=("dynamic",))
+def schedule_dynamic_cuda(sch, block, cfg: Config) -> None:
+    raise ScheduleError("data-dependent ops (a serial compaction) have no CUDA template: run them on the CPU",
+                        op=cfg.workload["op"], arg="target")
 
 
 @register_template("cuda", fallback=True)
