@@ -21,31 +21,11 @@ import subprocess
 import sys
 
 
-def held_bytes(loss) -> int:
-    """Bytes of the distinct arrays the autograd graph of ``loss`` holds."""
-    from kiln.nn.tensor import _topological
-
-    seen, total = set(), 0
-    for node in _topological(loss._node):
-        for array, _, shape, dtype in node.inputs + node.outputs:
-            if array is not None and id(array) not in seen:
-                seen.add(id(array))
-                total += _nbytes(array)
-    return total
-
-
-def _nbytes(array) -> int:
-    n = 1
-    for d in array.shape:
-        n *= int(d)
-    return n * (int("".join(c for c in str(array.dtype) if c.isdigit()) or 32) // 8)
-
-
 def child(keep_all: bool, batch: int, hidden: int, steps: int) -> dict:
     import numpy as np
 
     from kiln import nn, optim
-    from kiln.nn.tensor import keep_all_for_backward
+    from kiln.nn.tensor import keep_all_for_backward, saved_bytes
 
     keep_all_for_backward(keep_all)
     rng = np.random.default_rng(0)
@@ -59,7 +39,7 @@ def child(keep_all: bool, batch: int, hidden: int, steps: int) -> dict:
 
     def step():
         loss = loss_fn(model(x), y)
-        held = held_bytes(loss)
+        held = saved_bytes(loss)
         opt.reset_grad()
         loss.backward()
         opt.step()

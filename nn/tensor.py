@@ -379,6 +379,19 @@ def _accumulate_leaf(node: _Node, g: Tensor) -> None:
         leaf._grad_owned = not grad_enabled()
 
 
+def saved_bytes(t: Tensor) -> int:
+    """Bytes of the distinct arrays the autograd graph behind ``t`` keeps for backward."""
+    if t._node is None:
+        return 0
+    seen, total = set(), 0
+    for node in _topological(t._node):
+        for array, _, shape, dtype in node.inputs + node.outputs:
+            if array is not None and id(array) not in seen:
+                seen.add(id(array))
+                total += int(np.prod(shape)) * np.dtype(dtype).itemsize
+    return total
+
+
 def _topological(root: _Node) -> list[_Node]:
     """Nodes reachable from ``root``, inputs first."""
     order, seen, stack = [], set(), [(root, False)]
