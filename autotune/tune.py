@@ -25,7 +25,7 @@ from ..schedules import config_key
 from .runners import Builder, LocalRunner
 from .space import Space
 from .task import Task
-from .tuners import TUNERS, XGBTuner
+from .tuners import TUNERS
 
 
 @dataclass

@@ -57,6 +57,9 @@ class _Tracer:
         self.kernels: dict[str, tuple] = {}
 
     def apply(self, op, inputs, attrs):
+        if op.data_dependent:
+            raise ExportError(f"op '{op.name}' has a data-dependent output length, which an exported module "
+                              "cannot size ahead of time", op=op.name, arg="model")
         args, shapes, dtypes = [], [], []
         for v in inputs:
             if isinstance(v, _Traced):

@@ -16,7 +16,7 @@ from __future__ import annotations
 
 from .config import Config
 from .dispatch import register_template
-from .util import block_name, blocks, const_int, extent, is_output, is_reduction, iter_kinds, try_inline
+from .util import block_name, blocks, const_int, extent, is_output, is_reduction, iter_kinds, try_inline, work
 
 #: below this many elements a parallel launch costs more than it saves.
 PARALLEL_MIN = 16384
@@ -27,23 +27,13 @@ def _lanes(cfg: Config, sch, block) -> int:
     return cfg.target.lanes(str(dtype))
 
 
-def _work(sch, loops):
-    total = 1
-    for loop in loops:
-        n = const_int(extent(sch, loop))
-        if n is None:
-            return None
-        total *= n
-    return total
-
-
 def schedule_injective(sch, block, cfg: Config, prefix: str = "") -> None:
     """Fuse all loops, vectorize the inner ``vector`` lanes, parallelize the rest."""
     loops = sch.get_loops(block)
     if not loops:
         return
     lanes = _lanes(cfg, sch, block)
-    n = _work(sch, loops)
+    n = work(sch, loops)
     fused = sch.fuse(*loops) if len(loops) > 1 else loops[0]
     vec = cfg.define_knob(prefix + "vector", (1, lanes, 2 * lanes, 4 * lanes),
                           default=lanes if n is None or n >= lanes else 1)
@@ -64,9 +54,9 @@ def schedule_reduction(sch, block, cfg: Config, prefix: str = "") -> None:
     spatial = [lp for lp, red in zip(loops, kinds) if not red]
     reduce = [lp for lp, red in zip(loops, kinds) if red]
     lanes = _lanes(cfg, sch, block)
-    n_out = _work(sch, spatial)
+    n_out = work(sch, spatial)
     last_sp = const_int(extent(sch, spatial[-1])) if spatial else 1
-    red_n = _work(sch, reduce)
+    red_n = work(sch, reduce)
     inner_reduce = bool(kinds) and kinds[-1]
     # rfactor needs an output axis to hang the partial results on (TVM cannot
     # rfactor into a 0-d output) and a slice that divides the reduction (a

@@ -56,6 +56,30 @@ def try_inline(sch, block) -> bool:
         return False
 
 
+def fold_consumers(sch, block):
+    """Inline the chain of consumers of ``block`` into it (un-padding, an
+    epilogue); return the first consumer that cannot be folded, or None."""
+    while True:
+        consumers = sch.get_consumers(block)
+        if not consumers:
+            return None
+        try:
+            sch.reverse_compute_inline(consumers[0])
+        except Exception:  # noqa: BLE001 - e.g. a rank-changing squeeze
+            return consumers[0]
+
+
+def work(sch, loops) -> int | None:
+    """Iterations of a loop nest (None when an extent is symbolic)."""
+    total = 1
+    for loop in loops:
+        n = const_int(extent(sch, loop))
+        if n is None:
+            return None
+        total *= n
+    return total
+
+
 def const_int(expr) -> int | None:
     value = static(expr)
     return value if isinstance(value, int) else None
@@ -66,4 +90,4 @@ def pow2_floor(n: int) -> int:
 
 
 __all__ = ["blocks", "block_name", "is_reduction", "iter_kinds", "extent", "is_output", "try_inline",
-           "const_int", "pow2_floor", "tirx"]
+           "fold_consumers", "work", "const_int", "pow2_floor", "tirx"]

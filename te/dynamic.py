@@ -63,6 +63,14 @@ class DataDependent(Op):
     differentiable = False
     family = "dynamic"
 
+    def bound(self, x) -> int:
+        """The elements of ``x``: the most the output can hold (``x`` must be static)."""
+        n = size(x)
+        if not isinstance(n, int):
+            raise ShapeError(f"got x {shape_str(x)}, expected static dims (the output's bound)", op=self.name,
+                             arg="x")
+        return n
+
 
 @register
 class MaskedSelect(DataDependent):
@@ -80,11 +88,7 @@ class MaskedSelect(DataDependent):
         if len(x) != len(mask) or not all(same_dim(a, b) for a, b in zip(x, mask)):
             raise ShapeError(f"got x {shape_str(x)} and mask {shape_str(mask)}, expected the same shape",
                              op=self.name, arg="mask")
-        n = size(x)
-        if not isinstance(n, int):
-            raise ShapeError(f"got x {shape_str(x)}, expected static dims (the output's bound)", op=self.name,
-                             arg="x")
-        return (Bounded(0, n),)
+        return (Bounded(0, self.bound(x)),)
 
     def infer_dtype(self, x, mask):
         if mask != "bool":
@@ -172,11 +176,7 @@ class Nonzero(DataDependent):
     dtypes = DTYPES
 
     def infer_shape(self, x):
-        n = size(x)
-        if not isinstance(n, int):
-            raise ShapeError(f"got x {shape_str(x)}, expected static dims (the output's bound)", op=self.name,
-                             arg="x")
-        return (Bounded(0, n), len(x))
+        return (Bounded(0, self.bound(x)), len(x))
 
     def infer_dtype(self, x):
         return "int32"
@@ -216,10 +216,7 @@ class Unique(DataDependent):
     dtypes = NUMERIC
 
     def infer_shape(self, x):
-        n = size(x)
-        if not isinstance(n, int):
-            raise ShapeError(f"got x {shape_str(x)}, expected static dims (the output's bound)", op=self.name,
-                             arg="x")
+        n = self.bound(x)
         return (Bounded(min(n, 1), n),)
 
     def compute(self, x):

@@ -43,7 +43,7 @@ from __future__ import annotations
 from ..config import Config
 from ..dispatch import register_template
 from ..generic import schedule_injective
-from ..util import blocks, const_int, extent, is_reduction, try_inline
+from ..util import blocks, const_int, extent, fold_consumers, is_reduction, try_inline
 
 TILE_M = (1, 2, 3, 4, 6, 8, 12, 16)
 FULL_K_MAX = 1024        # up to this K the whole reduction runs in registers by default
@@ -199,15 +199,9 @@ def _pack(sch, red, index: int, tile: int, cfg: Config, transposed: str):
 def _write_back(sch, acc, lanes: int, cfg: Config) -> None:
     """Fold the un-padding and the epilogue (dense bias/relu, 1-D squeeze) into
     the block that writes the accumulator tile back, and vectorize it."""
-    while True:
-        consumers = sch.get_consumers(acc)
-        if not consumers:
-            break
-        try:
-            sch.reverse_compute_inline(consumers[0])
-        except Exception:  # noqa: BLE001 - e.g. a rank-changing squeeze: schedule it on its own
-            schedule_injective(sch, consumers[0], cfg, "epilogue.")
-            break
+    rest = fold_consumers(sch, acc)
+    if rest is not None:  # e.g. a rank-changing squeeze: scheduled on its own
+        schedule_injective(sch, rest, cfg, "epilogue.")
     own = sch.get_loops(acc)[3:]  # below (task, n panel, m tile)
     if not own:
         return

@@ -4,7 +4,7 @@ write-back of a thread's register tile."""
 from __future__ import annotations
 
 from ..config import Config
-from ..util import block_name, blocks, const_int, extent
+from ..util import block_name, blocks, const_int, extent, fold_consumers
 
 MAX_THREADS = 1024
 
@@ -61,20 +61,30 @@ def cooperative_fetch(sch, block, depth: int, threads: tuple[int, int], vector: 
         sch.vectorize(parts[3])
 
 
-def write_back(sch, acc, depth: int) -> None:
-    """Fold the un-padding and the epilogue (dense bias/relu) into the block
-    writing a thread's register tile back to global memory."""
-    while True:
-        consumers = sch.get_consumers(acc)
-        if not consumers:
-            break
-        try:
-            sch.reverse_compute_inline(consumers[0])
-        except Exception:  # noqa: BLE001 - a consumer that cannot be folded runs as its own kernel
-            break
-    own = sch.get_loops(acc)[depth:]
+def stage_and_finish(sch, red, acc, threads: tuple, slice_loop, step_loop, staged: list, vector: int,
+                     cfg: Config) -> None:
+    """The common end of the two-level templates, once the block loops are
+    bound. ``threads``: the (y, x) thread loops and their extents; each
+    ``(shared, local)`` pair in ``staged`` is fetched cooperatively into shared
+    memory per ``slice_loop`` iteration and read into registers per
+    ``step_loop`` iteration; ``acc`` (the register tile) is written back under
+    the thread loops, with the un-padding and epilogue folded in."""
+    (ty_loop, tx_loop), extents = threads
+    sch.bind(ty_loop, "threadIdx.y")
+    sch.bind(tx_loop, "threadIdx.x")
+    unroll(sch, ty_loop, cfg)
+    sch.reverse_compute_at(acc, tx_loop)
+    for _, local in staged:  # consumers first: compute_at needs them under the loop
+        sch.compute_at(local, step_loop)
+    for shared, _ in staged:
+        sch.compute_at(shared, slice_loop)
+        cooperative_fetch(sch, shared, 5, extents, vector)
+    sch.decompose_reduction(red, slice_loop)
+    fold_consumers(sch, acc)  # what cannot be folded gets its own kernel below
+    own = sch.get_loops(acc)[4:]  # below the block and thread loops
     if len(own) > 1:
         sch.fuse(*own)
+    bind_rest(sch, cfg)
 
 
 def unroll(sch, loop, cfg: Config, prefix: str = "") -> None:

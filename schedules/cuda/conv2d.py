@@ -15,8 +15,8 @@ from __future__ import annotations
 
 from ..config import Config
 from ..dispatch import register_template
-from ..util import blocks, const_int, extent, try_inline
-from .common import bind_rest, cooperative_fetch, pow2_at_least, unroll, write_back
+from ..util import const_int, extent, try_inline
+from .common import pow2_at_least, stage_and_finish
 from .reduction import schedule_auto_cuda
 
 
@@ -53,16 +53,5 @@ def schedule_conv2d_cuda(sch, block, cfg: Config) -> None:
     sch.reorder(n, ob, y, xb, ot, st, rco, rci, ry, rx, oi, si)
     sch.bind(sch.fuse(n, ob), "blockIdx.y")
     sch.bind(sch.fuse(y, xb), "blockIdx.x")
-    sch.bind(ot, "threadIdx.y")
-    sch.bind(st, "threadIdx.x")
-    unroll(sch, ot, cfg)
-    sch.reverse_compute_at(acc, st)
-    sch.compute_at(data_local, rx)  # consumers first: compute_at needs them under the loop
-    sch.compute_at(weight_local, rx)
-    sch.compute_at(data_shared, rco)
-    sch.compute_at(weight_shared, rco)
-    cooperative_fetch(sch, data_shared, 5, (threads_oc, threads_s), vector)
-    cooperative_fetch(sch, weight_shared, 5, (threads_oc, threads_s), vector)
-    sch.decompose_reduction(conv, rco)
-    write_back(sch, acc, depth=4)
-    bind_rest(sch, cfg)
+    stage_and_finish(sch, conv, acc, ((ot, st), (threads_oc, threads_s)), rco, rx,
+                     [(data_shared, data_local), (weight_shared, weight_local)], vector, cfg)

@@ -29,7 +29,7 @@ from __future__ import annotations
 from ..config import Config
 from ..dispatch import register_template
 from ..util import blocks, const_int, extent, is_reduction, try_inline
-from .common import bind_rest, cooperative_fetch, pow2_at_least, unroll, write_back
+from .common import pow2_at_least, stage_and_finish
 
 #: hand-chosen defaults per architecture: (threads_m, threads_n, tile_m, tile_n, tile_k)
 DEFAULTS = {"sm_80": (16, 16, 8, 8, 8), "sm_90": (16, 16, 8, 8, 16)}
@@ -87,16 +87,5 @@ def schedule_matmul_cuda(sch, block, cfg: Config) -> None:
     by = sch.fuse(*batch, mb) if batch else mb
     sch.bind(by, "blockIdx.y")
     sch.bind(nb, "blockIdx.x")
-    sch.bind(mt, "threadIdx.y")
-    sch.bind(nt, "threadIdx.x")
-    unroll(sch, mt, cfg)
-    sch.reverse_compute_at(acc, nt)
-    sch.compute_at(a_local, ki)  # consumers first: compute_at needs them under the loop
-    sch.compute_at(b_local, ki)
-    sch.compute_at(a_shared, ko)
-    sch.compute_at(b_shared, ko)
-    cooperative_fetch(sch, a_shared, 5, (threads_m, threads_n), vector)
-    cooperative_fetch(sch, b_shared, 5, (threads_m, threads_n), vector)
-    sch.decompose_reduction(red, ko)
-    write_back(sch, acc, depth=4)
-    bind_rest(sch, cfg)
+    stage_and_finish(sch, red, acc, ((mt, nt), (threads_m, threads_n)), ko, ki,
+                     [(a_shared, a_local), (b_shared, b_local)], vector, cfg)

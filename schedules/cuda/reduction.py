@@ -19,7 +19,7 @@ from __future__ import annotations
 from ...errors import ScheduleError
 from ..config import Config
 from ..dispatch import register_template
-from ..util import block_name, blocks, const_int, extent, is_output, is_reduction, iter_kinds, try_inline
+from ..util import block_name, blocks, const_int, extent, is_output, is_reduction, iter_kinds, try_inline, work
 from .common import bind_flat, pow2_at_least
 
 MODES = ("block", "thread")
@@ -31,24 +31,14 @@ def _split_loops(sch, block):
     return [lp for lp, r in zip(loops, kinds) if not r], [lp for lp, r in zip(loops, kinds) if r]
 
 
-def _work(sch, loops) -> int | None:
-    total = 1
-    for lp in loops:
-        n = const_int(extent(sch, lp))
-        if n is None:
-            return None
-        total *= n
-    return total
-
-
 def cross_thread(sch, block, cfg: Config, prefix: str = "", outer=None) -> None:
     """Reduce ``block`` across threads. With ``outer`` (a loop bound to
     blockIdx) the block already sits under its row; else it gets its grid."""
     spatial, reduce = _split_loops(sch, block)
     if outer is not None:  # compute_at put the row's own (unit) loops before the reduction
         spatial = []
-    red_n = _work(sch, reduce)
-    n_out = _work(sch, spatial)
+    red_n = work(sch, reduce)
+    n_out = work(sch, spatial)
     serial = outer is None and red_n is not None and red_n < 32 and (n_out is None or n_out >= 1024)
     mode = cfg.define_knob(prefix + "mode", MODES, default="thread" if serial else "block")
     threads = cfg.define_knob(prefix + "threads", (32, 64, 128, 256, 512, 1024),
