@@ -70,10 +70,13 @@ def _kernel(op, shapes, dtypes, attrs):
     step calls the same few signatures thousands of times, so skip
     re-validating and re-hashing), and whether its work is small.
 
-    Sizes: a signature is compiled for its concrete shapes (the fastest
-    code) until it has been seen at ``SPECIALIZE_LIMIT`` shapes; from the next
-    new shape on, the dims that varied become symbolic and one kernel serves
-    every later size (no compile per batch size or per data-dependent length)."""
+    Sizes: an op (with its dtypes, attrs and ranks) is compiled for concrete
+    shapes (the fastest code) until it has been seen at ``SPECIALIZE_LIMIT``
+    shapes; from the next new shape on, the dims in which the shape differs
+    from its nearest seen shape become symbolic, so one kernel serves every
+    later size of that call site (no compile per batch size or per
+    data-dependent length) while two layers of the same op keep their own
+    concrete channel and spatial sizes."""
     key = (op.name, shapes, dtypes, repr(sorted(attrs.items())))
     entry = _kernels.get(key)
     if entry is None:
@@ -83,7 +86,7 @@ def _kernel(op, shapes, dtypes, attrs):
         if len(seen) < SPECIALIZE_LIMIT:
             seen.append(shapes)
         else:
-            kernel = _general_kernel(op, seen + [shapes], dtypes, attrs)
+            kernel = _general_kernel(op, _nearest(seen, shapes), shapes, dtypes, attrs)
         kernel = kernel or build(op, list(shapes), list(dtypes), attrs)
         elements = sum(int(np.prod(s)) for s in shapes) + sum(int(np.prod(s)) for s, _ in kernel.output_specs(shapes))
         small = op.flops(list(shapes), **kernel.attrs) < SMALL_FLOPS and elements < SMALL_ELEMENTS
@@ -91,21 +94,22 @@ def _kernel(op, shapes, dtypes, attrs):
     return entry
 
 
-def _general_kernel(op, seen, dtypes, attrs):
-    """One kernel for every shape in ``seen``: dims that varied are symbolic
-    (dims that were always equal share a symbol); None if the op rejects it."""
-    history: dict[tuple, list] = {}
-    for i, dims in enumerate(seen[0]):
-        for ax in range(len(dims)):
-            values = tuple(s[i][ax] for s in seen)
-            if len(set(values)) > 1:
-                history.setdefault(values, []).append((i, ax))
-    syms = {values: sym(f"d{k}") for k, values in enumerate(history)}
-    where = {pos: syms[values] for values, positions in history.items() for pos in positions}
-    general = [tuple(where.get((i, ax), d) for ax, d in enumerate(dims)) for i, dims in enumerate(seen[-1])]
+def _nearest(seen, shapes):
+    """The seen shapes that differ from ``shapes`` in the fewest dims."""
+    def differing(other):
+        return sum(a != b for x, y in zip(other, shapes) for a, b in zip(x, y))
+    return min(seen, key=differing)
+
+
+def _general_kernel(op, before, shapes, dtypes, attrs):
+    """One kernel for ``before`` and ``shapes``: the dims that differ are
+    symbolic (dims that changed alike share a symbol); None if the op rejects it."""
+    changes = sorted({(a, b) for x, y in zip(before, shapes) for a, b in zip(x, y) if a != b})
+    syms = {change: sym(f"d{k}") for k, change in enumerate(changes)}
+    general = [tuple(syms.get((a, b), b) for a, b in zip(x, y)) for x, y in zip(before, shapes)]
     try:
         kernel = build(op, general, list(dtypes), attrs)
-        kernel.output_specs(seen[-1])  # the current shapes bind consistently
+        kernel.output_specs(shapes)  # the current shapes bind consistently
     except KilnError:
         return None
     return kernel

@@ -151,7 +151,7 @@ class MaskedScatter(Op):
         flat_out, _ = te.extern([(n,), (1,)], [values, fm], fcompute, name="masked_scatter_flat", dtype=[dt, "int32"])
         if len(shape) == 1:
             return te.compute(shape, lambda i: flat_out[i], name=self.name, tag="injective")
-        strides = [int(np.prod([static(d) for d in shape[k + 1:]])) for k in range(len(shape))]
+        strides = [size(shape[k + 1:]) for k in range(len(shape))]
         return te.compute(shape, lambda *i: flat_out[sum(a * s for a, s in zip(i, strides))], name=self.name,
                           tag="injective")
 

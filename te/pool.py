@@ -14,6 +14,7 @@ from tvm import te, tirx
 
 from ..errors import ShapeError
 from . import attrs as A
+from .conv import window_out
 from .registry import Op, call, register
 from .shapes import FLOATS, dtype_of, shape_str, size, static
 
@@ -40,10 +41,7 @@ def _geometry(op, x, kernel, stride, padding, layout):
         n = static(x[ax])
         if p * 2 > k:
             raise ShapeError(f"padding {p} is more than half the window {k}", op=op, arg="padding")
-        out = (n + 2 * p - k) // s + 1
-        if out < 1:
-            raise ShapeError(f"window {k} does not fit the padded size {n + 2 * p}", op=op, arg="kernel")
-        dims.append((n, k, s, p, out))
+        dims.append((n, k, s, p, window_out(op, n, k, s, p)))
     return _axes(layout), dims
 
 

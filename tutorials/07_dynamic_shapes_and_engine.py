@@ -101,9 +101,9 @@ for rows in (1, 5, 50):
     np.testing.assert_allclose(dense(xs, w, bias), np.maximum(xs @ w + bias, 0), rtol=1e-4, atol=1e-4)
 print("one dense kernel served batches of 1, 5 and 50; vectorized:", "T.vectorized" in dense.script())
 
-# nn compiles a signature for its concrete shapes (the fastest code) until
-# it has seen nn.tensor.SPECIALIZE_LIMIT of them, then compiles one kernel
-# with the dims that varied made symbolic.
+# nn compiles an op for concrete shapes (the fastest code) until it has seen
+# nn.tensor.SPECIALIZE_LIMIT of them, then compiles one kernel with the dims
+# that differ from the nearest seen shape made symbolic (a layer's batch).
 from kiln.nn import tensor as nn_tensor  # noqa: E402
 
 before = {id(k) for k, _ in nn_tensor._kernels.values()}

@@ -23,12 +23,19 @@ The accumulator tile is stored channels-innermost (a local buffer laid out
 N, H, W, C) whatever the layout, so its vectors are contiguous; for NCHW the
 write-back transposes it into the output. Zero padding is its own parallel
 stage, so the inner loop has no bounds checks.
+
+Symbolic dims: a symbolic batch or input-channel count keeps this template
+(neither is tiled). A symbolic output-channel count or output width would
+leave the accumulator's write-back with a tile of unknown extent, which TVM
+cannot bound, so such a kernel takes the generic reduction schedule instead
+(correct for every size, not register-tiled); ``nn`` makes only the dims that
+varied symbolic, which for a layer is its batch.
 """
 from __future__ import annotations
 
 from ..config import Config
 from ..dispatch import register_template
-from ..generic import schedule_injective
+from ..generic import schedule_auto, schedule_injective
 from ..util import blocks, const_int, extent
 
 
@@ -64,6 +71,9 @@ def schedule_conv2d(sch, block, cfg: Config) -> None:
     o, y, z = (a, b, c) if nchw else (c, a, b)
     lanes = cfg.target.lanes(str(sch.get(conv).writes[0].source.dtype))
     o_ext, z_ext = const_int(extent(sch, o)), const_int(extent(sch, z))
+    if o_ext is None or z_ext is None:
+        schedule_auto(sch, block, cfg)
+        return
     budget = 24 if lanes >= 16 else 12  # accumulators that fit in the vector registers
 
     oc_default, ow_default = _default_tiles(o_ext, z_ext, lanes, budget)
