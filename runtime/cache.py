@@ -115,7 +115,10 @@ def get(key: str, load, build):
         kernel, exportable = build()
         stats.compiled += 1
         if exportable is not None and kiln_config.disk_cache_enabled():
-            _write(key, exportable)
+            stored = _write(key, exportable)
+            if stored is not None:
+                # run the stored library: loading it is cheaper than JIT-compiling the in-memory module again
+                kernel.module = _load(stored) or kernel.module
     with _lock:
         return _memory.setdefault(key, kernel)
 
@@ -137,17 +140,25 @@ def _read(key: str):
             log.warning("kernel cache entry %s is corrupt or truncated; rebuilding it", path.name)
             _unlink(path)
             continue
-        try:
-            return tvm.runtime.load_module(str(path))
-        except Exception as exc:  # noqa: BLE001 - a valid hash but unloadable: rebuild
-            stats.corrupt += 1
-            log.warning("kernel cache entry %s does not load (%s); rebuilding it", path.name, exc)
-            _unlink(path)
+        module = _load(path)
+        if module is not None:
+            return module
+        stats.corrupt += 1  # a valid hash but unloadable: rebuild
+        _unlink(path)
     return None
 
 
-def _write(key: str, exportable) -> None:
-    """Export to a temp file, fsync, rename to its content-hashed name."""
+def _load(path: Path):
+    try:
+        return tvm.runtime.load_module(str(path))
+    except Exception as exc:  # noqa: BLE001 - reported; the caller rebuilds or keeps what it has
+        log.warning("kernel cache entry %s does not load (%s)", path.name, exc)
+        return None
+
+
+def _write(key: str, exportable) -> Path | None:
+    """Export to a temp file, fsync, rename to its content-hashed name (returned;
+    None when it could not be written)."""
     try:
         folder = kernel_dir()
         fd, tmp = tempfile.mkstemp(prefix=f".{key[:16]}-", suffix=".so", dir=folder)
@@ -157,13 +168,16 @@ def _write(key: str, exportable) -> None:
             with open(tmp, "rb") as f:
                 digest = hashlib.sha256(f.read()).hexdigest()[:32]
                 os.fsync(f.fileno())
-            os.replace(tmp, folder / f"{key}.{digest}.so")
+            final = folder / f"{key}.{digest}.so"
+            os.replace(tmp, final)
             stats.disk_writes += 1
+            return final
         finally:
             _unlink(Path(tmp))
     except Exception as exc:  # noqa: BLE001 - the kernel still works from memory
         stats.errors.append(str(exc))
         log.warning("could not write kernel cache entry: %s", exc)
+        return None
 
 
 def _unlink(path: Path) -> None:

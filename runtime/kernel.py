@@ -9,12 +9,27 @@ import tvm
 
 from ..errors import DTypeError, KernelRuntimeError, ShapeError
 from ..te.shapes import is_static, shape_str, size, static, upper_bounds
+from .lower import compile_lowered
 
 
 def actual_rows(storage, length):
     """The first ``length[0]`` rows of a data-dependent op's storage (a view, no copy)."""
     rows = int(length.numpy()[0])
     return storage._create_view((rows,) + tuple(int(d) for d in storage.shape[1:]))
+
+
+def _module_source(module, target) -> str:
+    mods = [module] + list(module.imports)
+    if target.kind == "cuda":  # the device code, not the host launcher
+        mods = [m for m in mods if m.kind == "cuda"] + mods
+    for m in mods:
+        try:
+            text = m.inspect_source()
+        except Exception:  # noqa: BLE001 - a module kind with no source
+            continue
+        if text:
+            return text
+    return ""
 
 
 class Kernel:
@@ -126,17 +141,10 @@ class Kernel:
 
     def source(self) -> str:
         """The generated code: LLVM IR for the CPU, CUDA C for GPUs."""
-        mods = [self.module] + list(self.module.imports)
-        if self.target.kind == "cuda":  # the device code, not the host launcher
-            mods = [m for m in mods if m.kind == "cuda"] + mods
-        for m in mods:
-            try:
-                text = m.inspect_source()
-            except Exception:  # noqa: BLE001 - a module kind with no source
-                continue
-            if text:
-                return text
-        return ""
+        text = _module_source(self.module, self.target)
+        if not text:  # a shared library (the kernel cache's) keeps no source: generate it again from the IR
+            text = _module_source(compile_lowered(self.op, self._lowered, self.target).mod, self.target)
+        return text
 
     @property
     def template(self) -> str:

@@ -6,6 +6,8 @@ import textwrap
 
 import numpy as np
 import pytest
+import tvm
+from tvm import te
 
 import kiln
 from kiln import nn
@@ -66,8 +68,9 @@ def test_bad_files_and_inputs_raise_clear_errors(tmp_path):
     with pytest.raises(ExportError, match="not a loadable module"):
         Predictor(truncated)
     foreign = tmp_path / "foreign.so"
-    kiln.build("add", [(4,), (4,)])  # any compiled library without kiln's metadata
-    kiln.build("exp", [(3,)]).module.export_library(str(foreign))
+    a = te.placeholder((3,), name="a")  # any compiled library without kiln's metadata
+    tvm.compile(te.create_prim_func([a, te.compute((3,), lambda i: a[i] + 1)]), target="llvm").export_library(
+        str(foreign))
     with pytest.raises(ExportError, match="not a kiln model"):
         Predictor(foreign)
     predictor = Predictor(path)
