@@ -5,6 +5,6 @@ from .registry import Op, call, get_op, list_ops, register
 from .shapes import DTYPES, Bounded, sym
 
 # Importing the op families registers their ops.
-from . import conv, dynamic, elementwise, indexing, matmul, pool, reduction, shape_ops, softmax  # noqa: E402,F401
+from . import conv, dynamic, elementwise, indexing, matmul, pool, reduction, scalar_ops, shape_ops, softmax  # noqa: E402,F401
 
 __all__ = ["Attr", "Bounded", "DTYPES", "Op", "call", "get_op", "list_ops", "register", "sym"]
