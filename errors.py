@@ -68,3 +68,8 @@ class ExportError(KilnError):
 
 class DataError(KilnError):
     """A dataset file that is missing, truncated or not in the expected format."""
+
+
+class GradError(KilnError, RuntimeError):
+    """An autograd request that cannot be met, such as ``backward()`` on a
+    tensor that no recorded op connects to a leaf requiring a gradient."""

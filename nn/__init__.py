@@ -1,10 +1,13 @@
 """needle-style autograd, modules, optimizers and data on compiled kernels."""
-from . import init, optim
+from . import functional, init, optim
+from .clip_grad import clip_grad_norm_
 from .modules import (AvgPool2d, BatchNorm1d, BatchNorm2d, Conv, Dropout, Flatten, GlobalAvgPool2d, Identity,
                       LayerNorm1d, Linear, MaxPool2d, Module, Parameter, ReLU, Residual, Sequential, Sigmoid,
                       SoftmaxLoss, Tanh)
+from .rng import manual_seed
 from .tensor import Tensor, no_grad
 
 __all__ = ["AvgPool2d", "BatchNorm1d", "BatchNorm2d", "Conv", "Dropout", "Flatten", "GlobalAvgPool2d", "Identity",
            "LayerNorm1d", "Linear", "MaxPool2d", "Module", "Parameter", "ReLU", "Residual", "Sequential", "Sigmoid",
-           "SoftmaxLoss", "Tanh", "Tensor", "init", "no_grad", "optim"]
+           "SoftmaxLoss", "Tanh", "Tensor", "clip_grad_norm_", "functional", "init", "manual_seed", "no_grad",
+           "optim"]

@@ -1,10 +1,14 @@
-"""Datasets and loaders (needle's ``data``), numpy at the boundary."""
+"""Datasets and loaders (needle's ``data``), numpy at the boundary.
+
+Shuffling and random transforms draw from ``kiln.nn.rng``'s seeded family
+(``kiln.manual_seed``) unless given a ``seed`` of their own."""
 from __future__ import annotations
 
 import numpy as np
 
 from ..errors import AttrError, DataError
 from ..runtime import engine
+from . import rng
 
 
 class Dataset:
@@ -40,14 +44,20 @@ class NDArrayDataset(Dataset):
         return (self.apply_transforms(first), *rest)
 
 
+def _own_generator(seed):
+    """A transform's or loader's own generator for an explicit ``seed``; None
+    (draw from the seeded family) without one."""
+    return None if seed is None else np.random.default_rng(seed)
+
+
 class RandomFlipHorizontal:
     """Mirror an H x W x C image left-right with probability ``p`` (needle's layout)."""
 
     def __init__(self, p: float = 0.5, seed=None):
-        self.p, self.rng = p, np.random.default_rng(seed)
+        self.p, self.rng = p, _own_generator(seed)
 
     def __call__(self, img):
-        return img[:, ::-1].copy() if self.rng.random() < self.p else img
+        return img[:, ::-1].copy() if (self.rng or rng.generator()).random() < self.p else img
 
 
 class RandomCrop:
@@ -55,24 +65,25 @@ class RandomCrop:
     random shift in [-padding, padding] on each axis."""
 
     def __init__(self, padding: int = 3, seed=None):
-        self.padding, self.rng = padding, np.random.default_rng(seed)
+        self.padding, self.rng = padding, _own_generator(seed)
 
     def __call__(self, img):
         p = self.padding
-        dy, dx = self.rng.integers(-p, p + 1, size=2)
+        dy, dx = (self.rng or rng.generator()).integers(-p, p + 1, size=2)
         padded = np.pad(img, ((p, p), (p, p)) + ((0, 0),) * (img.ndim - 2))
         h, w = img.shape[:2]
         return padded[p + dy:p + dy + h, p + dx:p + dx + w].copy()
 
 
 class DataLoader:
-    """Batches of stacked numpy arrays; a new shuffle (from ``seed``) every epoch."""
+    """Batches of stacked numpy arrays; a new shuffle every epoch, drawn from
+    ``seed`` or, without one, from the seeded family (``kiln.manual_seed``)."""
 
     def __init__(self, dataset, batch_size=1, shuffle=False, drop_last=False, seed=None):
         if not isinstance(batch_size, int) or batch_size < 1:
             raise AttrError(f"got {batch_size!r}, expected an integer >= 1", op="DataLoader", arg="batch_size")
         self.dataset, self.batch_size, self.shuffle, self.drop_last = dataset, batch_size, shuffle, drop_last
-        self.rng = np.random.default_rng(seed)
+        self.rng = _own_generator(seed)
 
     def __len__(self) -> int:
         n = len(self.dataset)
@@ -80,22 +91,31 @@ class DataLoader:
 
     def __iter__(self):
         """Batches in order; the next batch is assembled by the dependency
-        engine while the current one is used (one batch ahead)."""
-        order = self.rng.permutation(len(self.dataset)) if self.shuffle else np.arange(len(self.dataset))
+        engine while the current one is used (one batch ahead).
+
+        The epoch's order and the seed of the generator its transforms draw
+        from are drawn here, in the calling thread; batches are assembled one
+        after the other (they all write ``chain``), so every transform draws
+        in batch order whichever engine thread runs it."""
+        gen = self.rng or rng.generator()
+        order = gen.permutation(len(self.dataset)) if self.shuffle else np.arange(len(self.dataset))
+        epoch_gen = np.random.default_rng(rng.draw_seed(gen))
         eng = engine.default()
         slots, batches = [eng.new_var("batch 0"), eng.new_var("batch 1")], [None, None]
+        chain = eng.new_var("batch order")
 
         def assemble(b):
             def run():
-                items = [self.dataset[int(i)] for i in order[b * self.batch_size:(b + 1) * self.batch_size]]
+                with rng.using(epoch_gen):
+                    items = [self.dataset[int(i)] for i in order[b * self.batch_size:(b + 1) * self.batch_size]]
                 batches[b % 2] = tuple(np.stack(col) for col in zip(*items))
             return run
 
         if len(self):
-            eng.push(assemble(0), writes=[slots[0]], name="assemble batch")
+            eng.push(assemble(0), writes=[slots[0], chain], name="assemble batch")
         for b in range(len(self)):
             if b + 1 < len(self):
-                eng.push(assemble(b + 1), writes=[slots[(b + 1) % 2]], name="assemble batch")
+                eng.push(assemble(b + 1), writes=[slots[(b + 1) % 2], chain], name="assemble batch")
             eng.wait_for_var(slots[b % 2])
             yield batches[b % 2]
 

@@ -1,70 +1,92 @@
 """Parameter initialization (needle's ``init``): uniform/normal, Xavier and
-Kaiming (fan-in/fan-out as in needle and PyTorch), constants, one-hot.
+Kaiming (fan-in/fan-out as in needle and PyTorch), constants, one-hot, and
+``zeros_like``/``ones_like``; needle's signatures (``device=`` included).
 
-Random values come from one seedable generator (``manual_seed``) or a
+Random values come from the seeded family of ``kiln.nn.rng`` (``manual_seed``
+reseeds it together with dropout, transforms and shuffling) or from a
 ``generator=`` passed per call, so runs are reproducible.
 """
 from __future__ import annotations
 
 import math
+import numbers
 
 import numpy as np
 
-from ..errors import AttrError
+from ..errors import AttrError, TargetError
+from . import rng
+from .rng import manual_seed  # noqa: F401  (the same call as kiln.manual_seed: it reseeds everything)
 from .tensor import Tensor
-
-_rng = np.random.default_rng(0)
 
 GAINS = {"relu": math.sqrt(2.0), "linear": 1.0, "tanh": 5.0 / 3, "sigmoid": 1.0}
 
 
-def manual_seed(seed: int) -> None:
-    """Reseed the generator every initializer uses by default."""
-    global _rng
-    _rng = np.random.default_rng(seed)
-
-
 def generator() -> np.random.Generator:
-    return _rng
+    """The generator initializers draw from by default."""
+    return rng.generator()
 
 
 def _gen(generator_):
-    return generator_ if generator_ is not None else _rng
+    return generator_ if generator_ is not None else rng.generator()
 
 
-def _tensor(values, dtype, requires_grad):
+def _shape(op: str, shape: tuple) -> tuple:
+    """``*shape`` as needle passes it, or one tuple as PyTorch allows."""
+    if len(shape) == 1 and isinstance(shape[0], (tuple, list)):
+        shape = tuple(shape[0])
+    if not all(isinstance(d, numbers.Integral) and not isinstance(d, bool) and d >= 0 for d in shape):
+        raise AttrError(f"got {shape!r}, expected non-negative integer dims", op=f"init.{op}", arg="shape")
+    return tuple(int(d) for d in shape)
+
+
+def _tensor(values, dtype, requires_grad, device=None):
+    if device is not None and getattr(device, "kind", None) != "cpu":
+        raise TargetError(f"got {device!r}, expected None or kiln.cpu(): nn tensors live on the CPU",
+                          op="init", arg="device")
     return Tensor(np.asarray(values, dtype=dtype), requires_grad=requires_grad)
 
 
-def rand(*shape, low=0.0, high=1.0, dtype="float32", requires_grad=False, generator=None):
-    return _tensor(_gen(generator).uniform(low, high, shape), dtype, requires_grad)
+def rand(*shape, low=0.0, high=1.0, device=None, dtype="float32", requires_grad=False, generator=None):
+    """Uniform values in [low, high)."""
+    return _tensor(_gen(generator).uniform(low, high, _shape("rand", shape)), dtype, requires_grad, device)
 
 
-def randn(*shape, mean=0.0, std=1.0, dtype="float32", requires_grad=False, generator=None):
-    return _tensor(_gen(generator).normal(mean, std, shape), dtype, requires_grad)
+def randn(*shape, mean=0.0, std=1.0, device=None, dtype="float32", requires_grad=False, generator=None):
+    """Normal values N(mean, std^2)."""
+    return _tensor(_gen(generator).normal(mean, std, _shape("randn", shape)), dtype, requires_grad, device)
 
 
-def randb(*shape, p=0.5, dtype="bool", requires_grad=False, generator=None):
+def randb(*shape, p=0.5, device=None, dtype="bool", requires_grad=False, generator=None):
     """Bernoulli(p) values."""
-    return _tensor(_gen(generator).random(shape) < p, dtype, requires_grad)
+    return _tensor(_gen(generator).random(_shape("randb", shape)) < p, dtype, requires_grad, device)
 
 
-def constant(*shape, c=1.0, dtype="float32", requires_grad=False):
-    return _tensor(np.full(shape, c), dtype, requires_grad)
+def constant(*shape, c=1.0, device=None, dtype="float32", requires_grad=False):
+    return _tensor(np.full(_shape("constant", shape), c), dtype, requires_grad, device)
 
 
-def ones(*shape, dtype="float32", requires_grad=False):
-    return constant(*shape, c=1.0, dtype=dtype, requires_grad=requires_grad)
+def ones(*shape, device=None, dtype="float32", requires_grad=False):
+    return constant(*shape, c=1.0, device=device, dtype=dtype, requires_grad=requires_grad)
 
 
-def zeros(*shape, dtype="float32", requires_grad=False):
-    return constant(*shape, c=0.0, dtype=dtype, requires_grad=requires_grad)
+def zeros(*shape, device=None, dtype="float32", requires_grad=False):
+    return constant(*shape, c=0.0, device=device, dtype=dtype, requires_grad=requires_grad)
 
 
-def one_hot(n: int, labels, dtype="float32", requires_grad=False):
+def zeros_like(array, *, device=None, dtype=None, requires_grad=False):
+    """Zeros of ``array``'s shape and (unless given) dtype."""
+    return zeros(*array.shape, device=device, dtype=dtype or array.dtype, requires_grad=requires_grad)
+
+
+def ones_like(array, *, device=None, dtype=None, requires_grad=False):
+    """Ones of ``array``'s shape and (unless given) dtype."""
+    return ones(*array.shape, device=device, dtype=dtype or array.dtype, requires_grad=requires_grad)
+
+
+def one_hot(n: int, labels, device=None, dtype="float32", requires_grad=False):
     """Rows of the n x n identity picked by integer ``labels``."""
     labels = np.asarray(labels.numpy() if isinstance(labels, Tensor) else labels)
-    return _tensor(np.eye(n)[labels], dtype, requires_grad)
+    return _tensor(np.eye(n)[labels], dtype, requires_grad, device)
 
 
 def _gain(nonlinearity: str) -> float:

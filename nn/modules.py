@@ -5,7 +5,9 @@ from __future__ import annotations
 import numpy as np
 
 from ..errors import ShapeError
+from ..te import attrs as A
 from ..te import call
+from . import functional as F
 from . import init
 from .tensor import Tensor, no_grad
 
@@ -135,18 +137,15 @@ class Dropout(Module):
         self.p = p
 
     def forward(self, x):
-        if not self.training or self.p == 0:
-            return x
-        mask = init.randb(*x.shape, p=1 - self.p, dtype=x.dtype)
-        return x * mask * (1.0 / (1 - self.p))
+        return F.dropout(x, self.p, self.training)
 
 
 class SoftmaxLoss(Module):
-    """Mean softmax cross-entropy of logits (N, C) against integer labels (N,)."""
+    """Mean softmax cross-entropy of logits (N, C) against integer labels (N,)
+    in ``[0, C)``; other labels raise ``DataError`` (see ``functional.cross_entropy``)."""
 
     def forward(self, logits, labels):
-        labels = labels if isinstance(labels, Tensor) else Tensor(np.asarray(labels, dtype="int32"))
-        return call("softmax_cross_entropy", logits, labels)
+        return F.cross_entropy(logits, labels)
 
 
 class LayerNorm1d(Module):
@@ -206,20 +205,24 @@ class BatchNorm2d(_BatchNorm):
 
 
 class Conv(Module):
-    """NCHW convolution with bias, 'same' padding (kernel // 2) as in needle."""
+    """NCHW convolution with bias and needle's 'same' padding (kernel // 2 on
+    each side); ``kernel_size`` and ``stride`` are ints or (h, w) pairs, as in
+    PyTorch's ``Conv2d``. Weight (out, in, kh, kw), bias (out,)."""
 
     def __init__(self, in_channels, out_channels, kernel_size, stride=1, bias=True, dtype="float32"):
         self.in_channels, self.out_channels = in_channels, out_channels
-        self.kernel_size, self.stride, self.padding = kernel_size, stride, kernel_size // 2
-        fan_in, fan_out = in_channels * kernel_size ** 2, out_channels * kernel_size ** 2
+        self.kernel_size = A.int_tuple(2, minimum=1)("Conv", "kernel_size", kernel_size)
+        self.stride = A.int_tuple(2, minimum=1)("Conv", "stride", stride)
+        kh, kw = self.kernel_size
+        self.padding = (kh // 2, kw // 2)
+        fan_in, fan_out = in_channels * kh * kw, out_channels * kh * kw
         self.weight = Parameter(init.kaiming_uniform(fan_in, fan_out, dtype=dtype, shape=(
-            out_channels, in_channels, kernel_size, kernel_size)))
+            out_channels, in_channels, kh, kw)))
         bound = 1.0 / fan_in ** 0.5
         self.bias = Parameter(init.rand(out_channels, low=-bound, high=bound, dtype=dtype)) if bias else None
 
     def forward(self, x):
-        y = call("conv2d", x, self.weight, stride=self.stride, padding=self.padding)
-        return y + self.bias.reshape(1, self.out_channels, 1, 1) if self.bias is not None else y
+        return F.conv2d(x, self.weight, self.bias, stride=self.stride, padding=self.padding)
 
 
 class MaxPool2d(Module):

@@ -7,10 +7,11 @@ and returns at once: each Tensor's memory is an engine variable, so kernels
 run in the order their data needs, independent ones concurrently, and a
 Tensor's values are waited for only when read (``numpy()``).
 
-When an input requires a gradient, the op is recorded in a ``_Node``: the
-op, its attributes, the nodes of its inputs (the graph) and only the values
-its ``gradient`` reads (``Op.grad_inputs``/``grad_output``), so an
-activation no backward needs is freed as soon as the user drops its Tensor.
+When an input requires a gradient, the op is recorded in a ``_Node``
+(``nn/autograd.py``): the op, its attributes, the nodes of its inputs (the
+graph) and only the values its ``gradient`` reads (``Op.grad_inputs``/
+``grad_output``), so an activation no backward needs is freed as soon as the
+user drops its Tensor.
 ``backward`` walks the nodes in reverse topological order; a node's gradient
 runs on views that hold the saved values and stay linked to the graph (so
 gradients of gradients work). Gradients over fan-out accumulate into one
@@ -19,20 +20,20 @@ buffer (add-to, in place); optimizers update parameters in place.
 from __future__ import annotations
 
 import contextlib
-import threading
 import weakref
 
 import numpy as np
 import tvm
 
-from ..errors import DTypeError, KilnError, ShapeError
+from ..errors import DTypeError, GradError, KilnError, ShapeError
 from ..runtime import build, cpu
 from ..runtime.kernel import actual_rows
 from ..runtime import engine as _engine
 from ..te import call, get_op, sym
 from ..te.value import ValueOps
+from .autograd import (_Node, _record, _topological, grad_enabled, keep_all_for_backward,  # noqa: F401
+                       no_grad, saved_bytes)
 
-_state = threading.local()
 _kernels: dict = {}
 #: below this much work a kernel runs in the pushing thread when its inputs are
 #: ready (a thread hand-off costs more); above it, it runs on the engine's pool
@@ -40,29 +41,6 @@ _kernels: dict = {}
 SMALL_FLOPS, SMALL_ELEMENTS = 4e6, 1 << 18
 SPECIALIZE_LIMIT = 4
 _seen: dict = {}  # (op, dtypes, attrs, ranks) -> the first shapes it was compiled for
-_keep_all = False  # True: save every input and output for backward (to measure what the declarations save)
-
-
-def grad_enabled() -> bool:
-    return getattr(_state, "grad", True)
-
-
-@contextlib.contextmanager
-def no_grad():
-    """Run ops without recording them for autograd."""
-    before = grad_enabled()
-    _state.grad = False
-    try:
-        yield
-    finally:
-        _state.grad = before
-
-
-def keep_all_for_backward(keep: bool) -> None:
-    """Save every input and output of recorded ops, ignoring what their gradients
-    declare they read (the behaviour before the declarations; for comparisons)."""
-    global _keep_all
-    _keep_all = bool(keep)
 
 
 def _kernel(op, shapes, dtypes, attrs):
@@ -131,20 +109,6 @@ def _to_device(data, dtype=None) -> tvm.runtime.Tensor:
     return tvm.runtime.tensor(np.ascontiguousarray(arr) if arr.ndim else arr.copy(), cpu().device())
 
 
-class _Node:
-    """One recorded op application: the op, its attrs, the nodes its inputs
-    came from (``(node, output index)``, or None where an input needs no
-    gradient), and, per input and output, ``(array, var, shape, dtype)`` with
-    the array and var only where the op's gradient reads that value."""
-
-    __slots__ = ("op", "attrs", "parents", "inputs", "outputs", "leaf", "__weakref__")
-
-    def __init__(self, op=None, attrs=None, parents=(), inputs=(), outputs=(), leaf=None):
-        self.op, self.attrs, self.parents = op, attrs or {}, tuple(parents)
-        self.inputs, self.outputs = tuple(inputs), tuple(outputs)
-        self.leaf = leaf  # leaf nodes: a weakref to the leaf Tensor whose .grad they fill
-
-
 class Tensor(ValueOps):
     """An n-dimensional array on a device that records ops for autograd.
 
@@ -162,12 +126,16 @@ class Tensor(ValueOps):
         self._var = _engine.default().new_var()
         self._node, self._index, self._shape = None, 0, None
         self.requires_grad = bool(requires_grad)
+        if self.requires_grad and not self.dtype.startswith("float"):
+            raise DTypeError(f"got {self.dtype}, expected a float dtype: only float tensors have gradients",
+                             op="Tensor", arg="requires_grad")
         self.grad: Tensor | None = None
 
     @classmethod
     def _wrap(cls, array, var, node=None, index=0, requires_grad=False, shape=None) -> "Tensor":
-        """A Tensor over an array; ``array=None`` (with ``shape``: (dims, dtype))
-        is a value autograd did not keep, which may not be read."""
+        """A Tensor over an array; ``array=None`` (with ``shape``: ``(dims,
+        dtype, name of the op that saved it)``) is a value autograd did not
+        keep, which may not be read."""
         t = cls.__new__(cls)
         t._array, t._var, t._node, t._index, t._shape = array, var, node, index, shape
         t.requires_grad, t.grad = requires_grad, None
@@ -282,8 +250,17 @@ class Tensor(ValueOps):
         ``create_graph=True`` records the gradient computation itself, so the
         gradients can be differentiated again.
         """
+        if not self.requires_grad:
+            raise GradError("the tensor does not require grad and has no graph: it was made under no_grad(), "
+                            "detached, or from inputs none of which has requires_grad=True", op="backward",
+                            arg="self")
         if out_grad is None:
             out_grad = Tensor(np.ones(self.shape, self.dtype))
+        elif not isinstance(out_grad, Tensor):
+            out_grad = Tensor(out_grad, dtype=self.dtype)
+        if out_grad.shape != self.shape:
+            raise ShapeError(f"got {out_grad.shape}, expected the tensor's shape {self.shape}", op="backward",
+                             arg="out_grad")
         with contextlib.nullcontext() if create_graph else no_grad():
             backprop(self, out_grad)
 
@@ -318,18 +295,6 @@ def _check_inplace(op, tensors, out, specs) -> None:
     if tuple(shape) != out.shape or dtype != out.dtype:
         raise ShapeError(f"got an output of {tuple(shape)}:{dtype}, expected {out.shape}:{out.dtype} to update "
                          "in place", op=op.name, arg="out")
-
-
-def _record(op, attrs, tensors, arrays, variables, specs) -> _Node:
-    grad_inputs, grad_output = op.grad_saves(attrs)
-    keep_in = range(len(tensors)) if _keep_all or grad_inputs is None else grad_inputs
-    keep_out = _keep_all or grad_output
-    inputs = [(t._array, t._var) if i in keep_in else (None, None) for i, t in enumerate(tensors)]
-    inputs = [pair + (t.shape, t.dtype) for pair, t in zip(inputs, tensors)]
-    outputs = [((a, v) if keep_out else (None, None)) + (tuple(s), d)
-               for a, v, (s, d) in zip(arrays, variables, specs)]
-    parents = [t._edge() if t.requires_grad else None for t in tensors]
-    return _Node(op, attrs, parents, inputs, outputs)
 
 
 def backprop(root: Tensor, out_grad: Tensor) -> None:
@@ -381,32 +346,3 @@ def _accumulate_leaf(node: _Node, g: Tensor) -> None:
     else:
         leaf.grad = call("add", leaf.grad, g)
         leaf._grad_owned = not grad_enabled()
-
-
-def saved_bytes(t: Tensor) -> int:
-    """Bytes of the distinct arrays the autograd graph behind ``t`` keeps for backward."""
-    if t._node is None:
-        return 0
-    seen, total = set(), 0
-    for node in _topological(t._node):
-        for array, _, shape, dtype in node.inputs + node.outputs:
-            if array is not None and id(array) not in seen:
-                seen.add(id(array))
-                total += int(np.prod(shape)) * np.dtype(dtype).itemsize
-    return total
-
-
-def _topological(root: _Node) -> list[_Node]:
-    """Nodes reachable from ``root``, inputs first."""
-    order, seen, stack = [], set(), [(root, False)]
-    while stack:
-        node, done = stack.pop()
-        if done:
-            order.append(node)
-            continue
-        if id(node) in seen:
-            continue
-        seen.add(id(node))
-        stack.append((node, True))
-        stack.extend((p[0], False) for p in node.parents if p is not None and id(p[0]) not in seen)
-    return order

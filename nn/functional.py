@@ -1,0 +1,206 @@
+"""Functional forms of kiln's ops, as PyTorch's ``torch.nn.functional`` and
+needle's ``ops`` offer them: each applies one registered op (or a Tensor
+method that does) through ``kiln.te.call``, so it runs as a compiled kernel,
+is differentiable where the op is, and is traced by the exporter like the
+methods are. Argument names follow numpy (``axis``/``keepdims``), with
+needle's ``axes`` and PyTorch's ``dim``/``keepdim`` accepted where they apply.
+"""
+from __future__ import annotations
+
+import numbers
+from typing import Sequence
+
+import numpy as np
+
+from ..errors import AttrError, DataError, DTypeError
+from ..te import call
+from ..te.value import ValueOps, pick_alias
+from . import init
+from .tensor import Tensor
+
+
+def relu(x):
+    return call("relu", x)
+
+
+def sigmoid(x):
+    return call("sigmoid", x)
+
+
+def tanh(x):
+    return call("tanh", x)
+
+
+def exp(x):
+    return call("exp", x)
+
+
+def log(x):
+    return call("log", x)
+
+
+def sqrt(x):
+    return call("sqrt", x)
+
+
+def negate(x):
+    return call("negate", x)
+
+
+def maximum(a, b):
+    """Elementwise maximum, broadcasting (NaN where either input is NaN)."""
+    return call("maximum", a, b)
+
+
+def matmul(a, b):
+    """numpy's matmul: batched, with 1-D operands promoted as numpy does."""
+    return call("matmul", a, b)
+
+
+def softmax(x, axis: int = -1, *, dim: int | None = None):
+    return x.softmax(axis, dim=dim)
+
+
+def log_softmax(x, axis: int = -1, *, dim: int | None = None):
+    return x.log_softmax(axis, dim=dim)
+
+
+def logsumexp(x, axes=None, keepdims: bool = False, *, axis=None, dim=None, keepdim=None):
+    """``log(sum(exp(x)))`` over ``axes`` (needle's argument name; all axes by default)."""
+    return x.logsumexp(axis, keepdims, axes=axes, dim=dim, keepdim=keepdim)
+
+
+def summation(x, axes=None, keepdims: bool = False, *, axis=None, dim=None, keepdim=None):
+    """needle's name for ``sum``."""
+    return x.sum(axis, keepdims, axes=axes, dim=dim, keepdim=keepdim)
+
+
+def sum(x, axis=None, keepdims: bool = False, *, axes=None, dim=None, keepdim=None):  # noqa: A001
+    return x.sum(axis, keepdims, axes=axes, dim=dim, keepdim=keepdim)
+
+
+def mean(x, axis=None, keepdims: bool = False, *, axes=None, dim=None, keepdim=None):
+    return x.mean(axis, keepdims, axes=axes, dim=dim, keepdim=keepdim)
+
+
+def max(x, axis=None, keepdims: bool = False, *, axes=None, dim=None, keepdim=None):  # noqa: A001
+    return x.max(axis, keepdims, axes=axes, dim=dim, keepdim=keepdim)
+
+
+def reshape(x, shape: Sequence[int]):
+    return x.reshape(tuple(shape))
+
+
+def broadcast_to(x, shape: Sequence[int]):
+    return x.broadcast_to(shape)
+
+
+def transpose(x, axes=None, dim1=None):
+    """Swap two axes (the last two by default), as needle and PyTorch do."""
+    return x.transpose(axes, dim1)
+
+
+def permute(x, *dims):
+    """Reorder all axes: ``permute(x, 1, 0, 2)`` or ``permute(x, (1, 0, 2))``."""
+    return x.permute(*dims)
+
+
+def flip(x, axes=None, *, axis=None, dims=None):
+    """Reverse the elements along ``axes`` (all by default)."""
+    return x.flip(axis, axes=axes, dims=dims)
+
+
+def pad(x, pad_width, value=0):
+    """numpy's constant ``pad``: ``pad_width`` is ``((before, after), ...)``, one pair per axis."""
+    return call("pad", x, pad_width=pad_width, value=value)
+
+
+def stack(tensors: Sequence, axis: int = 0, *, dim: int | None = None):
+    """Join values of one shape along a new axis."""
+    return call("stack", *tensors, axis=_axis("stack", axis, dim))
+
+
+def concatenate(tensors: Sequence, axis: int = 0, *, dim: int | None = None):
+    """Join values along an existing axis."""
+    return call("concatenate", *tensors, axis=_axis("concatenate", axis, dim))
+
+
+cat = concatenate
+
+
+def chunk(x, chunks: int, axis: int = 0, *, dim: int | None = None) -> list:
+    """``chunks`` equal parts along ``axis`` (PyTorch's ``chunk``, numpy's ``split`` with an int)."""
+    return call("split", x, sections=chunks, axis=_axis("chunk", axis, dim))
+
+
+def one_hot(labels, num_classes: int, dtype: str = "float32"):
+    """Integer labels (...) -> (..., num_classes) rows of the identity."""
+    return call("one_hot", labels, num_classes=num_classes, dtype=dtype)
+
+
+def conv2d(x, weight, bias=None, stride=1, padding=0, dilation=1):
+    """PyTorch's NCHW convolution: x (N, C, H, W), weight (O, C, KH, KW), bias (O,);
+    ``stride``, ``padding`` and ``dilation`` are ints or (h, w) pairs."""
+    y = call("conv2d", x, weight, stride=stride, padding=padding, dilation=dilation)
+    return y if bias is None else y + bias.reshape(1, bias.shape[0], 1, 1)
+
+
+def conv(x, weight, stride=1, padding=0):
+    """needle's NHWC convolution: x (N, H, W, C), weight (KH, KW, C, O)."""
+    return call("conv2d", x, weight, stride=stride, padding=padding, layout="NHWC")
+
+
+def max_pool2d(x, kernel_size, stride=None, padding=0):
+    """NCHW max pooling; ``stride`` defaults to ``kernel_size``."""
+    return call("max_pool2d", x, kernel=kernel_size, stride=stride, padding=padding)
+
+
+def avg_pool2d(x, kernel_size, stride=None, padding=0):
+    """NCHW average pooling (padding counts as zeros); ``stride`` defaults to ``kernel_size``."""
+    return call("avg_pool2d", x, kernel=kernel_size, stride=stride, padding=padding)
+
+
+def dropout(x, p: float = 0.5, training: bool = True):
+    """Zero each element with probability ``p`` and scale the rest by
+    ``1 / (1 - p)`` while ``training``; the mask comes from the seeded family
+    (``kiln.manual_seed``)."""
+    if not isinstance(p, numbers.Real) or isinstance(p, bool) or not 0 <= p <= 1:
+        raise AttrError(f"got {p!r}, expected a probability in [0, 1]", op="dropout", arg="p")
+    if not training or p == 0:
+        return x
+    if p == 1:
+        return x * 0.0
+    mask = init.randb(*x.shape, p=1 - p, dtype=x.dtype)
+    return x * mask * (1.0 / (1 - p))
+
+
+def cross_entropy(logits, labels):
+    """Mean softmax cross-entropy of ``logits`` (N, C) against integer class
+    ``labels`` (N,) in ``[0, C)``.
+
+    The kernel cannot tell a label outside ``[0, C)`` from "no class" (it would
+    return a loss), so the labels are checked here: numpy labels at once, a
+    Tensor's after waiting for that tensor alone (its values are host data in
+    practice). A traced value's labels are not known, so not checked.
+    """
+    if isinstance(labels, ValueOps) and not isinstance(labels, Tensor):
+        return call("softmax_cross_entropy", logits, labels)
+    values = labels.numpy() if isinstance(labels, Tensor) else np.asarray(labels)
+    if values.dtype.kind not in "iu":
+        raise DTypeError(f"got labels of dtype {values.dtype}, expected integer class indices",
+                         op="cross_entropy", arg="labels")
+    shape = logits.shape if hasattr(logits, "shape") else np.shape(logits)
+    classes = shape[-1] if len(shape) else None
+    if values.size and isinstance(classes, int):
+        low, high = int(values.min()), int(values.max())
+        if low < 0 or high >= classes:
+            raise DataError(f"got labels in [{low}, {high}], expected class indices in [0, {classes}) "
+                            f"for logits of {classes} classes", op="cross_entropy", arg="labels")
+    if not isinstance(labels, Tensor):
+        labels = Tensor(values.astype("int32"))
+    return call("softmax_cross_entropy", logits, labels)
+
+
+def _axis(op: str, axis: int, dim: int | None) -> int:
+    """numpy's ``axis`` or PyTorch's ``dim`` (``axis`` keeps its default of 0)."""
+    return axis if dim is None else pick_alias(op, axis=axis or None, dim=dim)
