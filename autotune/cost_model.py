@@ -1,7 +1,8 @@
 """The XGBoost cost model: predicts how good a config is from its features.
 
-Labels are throughput relative to the best config of the same task (1.0 =
-best, 0.0 = failed), so tasks of different sizes share one scale.
+Labels are speed (1 / seconds) relative to the fastest config of the same
+task (1.0 = fastest, 0.0 = failed), so tasks of different sizes, and ops that
+count no FLOPs, share one scale.
 ``objective="rank"`` learns the order within each task (pairwise ranking,
 one query group per task), ``"reg"`` the relative throughput itself.
 """

@@ -1,14 +1,62 @@
-"""Tuning curves: best GFLOPS so far against trials, one line per run."""
+"""Tuning curves: the best speed so far against trials, one line per run.
+
+Speed is GFLOPS for compute-bound ops and GB/s for the others (see
+``Task.unit``); a records file may hold both kinds.
+"""
 from __future__ import annotations
 
+import os
 from pathlib import Path
 
 from ..errors import KilnError
+from ..runtime.measure import COMPUTE_BOUND
 from . import records as rec
 
+INSTALL_HINT = "pip install -e '.[plot]'"
 
-def curves(records: list[dict]) -> dict[tuple, list[float]]:
-    """(task name, tuner, run) -> best GFLOPS after each trial."""
+
+def _pyplot():
+    """matplotlib's pyplot on the file-only backend, or a KilnError saying how to get it."""
+    try:
+        import matplotlib
+
+        matplotlib.use("Agg")
+        import matplotlib.pyplot as plt
+    except ImportError as exc:
+        raise KilnError(f"plotting needs matplotlib (the 'plot' extra): {INSTALL_HINT}", op="tune",
+                        arg="--plot") from exc
+    return plt
+
+
+def check_output(out: str | Path) -> None:
+    """Raise now — before any tuning — if a plot cannot be written to ``out``:
+    matplotlib missing, a file type it cannot write, or a folder that is not writable."""
+    plt = _pyplot()
+    out = Path(out)
+    kinds = plt.figure().canvas.get_supported_filetypes()
+    plt.close("all")
+    suffix = out.suffix.lstrip(".").lower()
+    if suffix not in kinds:
+        raise KilnError(f"got {str(out)!r}, expected a file name ending in one of "
+                        f"{', '.join('.' + k for k in sorted(kinds))}", op="tune", arg="--plot")
+    folder = out.absolute().parent
+    if out.is_dir():
+        raise KilnError(f"cannot write {out}: it is a directory", op="tune", arg="--plot")
+    if not folder.is_dir() or not os.access(folder, os.W_OK):
+        raise KilnError(f"cannot write {out}: {folder} is not a writable folder", op="tune", arg="--plot")
+
+
+def _unit(op_name: str) -> str:
+    from ..te import get_op
+
+    try:
+        return "GFLOPS" if get_op(op_name).family in COMPUTE_BOUND else "GB/s"
+    except KilnError:  # a record of an op this version does not have
+        return "GFLOPS"
+
+
+def curves(records: list[dict]) -> dict[tuple, tuple[str, list[float]]]:
+    """(task name, tuner, run) -> (unit, best speed in that unit after each trial)."""
     runs: dict[tuple, list[dict]] = {}
     for r in records:
         t = r["task"]
@@ -16,36 +64,37 @@ def curves(records: list[dict]) -> dict[tuple, list[float]]:
         runs.setdefault((name, r.get("tuner", "?"), r.get("run", "?")), []).append(r)
     out = {}
     for key, rs in runs.items():
+        unit = _unit(rs[0]["task"]["op"])
+        field = "gflops" if unit == "GFLOPS" else "gbps"
         best, curve = 0.0, []
         for r in sorted(rs, key=lambda r: r.get("trial", 0)):
-            best = max(best, r["result"]["gflops"] if rec.is_ok(r) else 0.0)
+            best = max(best, r["result"].get(field, 0.0) if rec.is_ok(r) else 0.0)
             curve.append(best)
-        out[key] = curve
+        out[key] = (unit, curve)
     return out
 
 
 def plot(records: list[dict], out: str | Path) -> Path:
-    """Write a PNG of the tuning curves in ``records``."""
-    try:
-        import matplotlib
-
-        matplotlib.use("Agg")
-        import matplotlib.pyplot as plt
-    except ImportError as exc:
-        raise KilnError("plotting needs matplotlib: pip install 'kiln[plot]'", op="tune", arg="--plot") from exc
+    """Write an image (PNG, or another type by the suffix) of the tuning curves in ``records``."""
+    plt = _pyplot()
     lines = curves(records)
     if not lines:
         raise KilnError("no records to plot", op="tune", arg="--records")
+    units = sorted({unit for unit, _ in lines.values()})
     fig, ax = plt.subplots(figsize=(7, 4.5))
-    for (name, tuner, run), curve in sorted(lines.items()):
-        ax.plot(range(1, len(curve) + 1), curve, label=f"{name} {tuner} [{run}]" if len(lines) > 1 else
-                f"{name} {tuner}")
+    for (name, tuner, run), (unit, curve) in sorted(lines.items()):
+        label = f"{name} {tuner}" + (f" [{run}]" if len(lines) > 1 else "") + (f" ({unit})" if len(units) > 1 else "")
+        ax.plot(range(1, len(curve) + 1), curve, label=label)
     ax.set_xlabel("trials")
-    ax.set_ylabel("best GFLOPS so far")
+    ax.set_ylabel(f"best {' or '.join(units)} so far")
     ax.grid(alpha=0.3)
     ax.legend(fontsize=7)
     fig.tight_layout()
     out = Path(out)
-    fig.savefig(out, dpi=110)
-    plt.close(fig)
+    try:
+        fig.savefig(out, dpi=110)
+    except (OSError, ValueError) as exc:
+        raise KilnError(f"cannot write {out}: {exc}", op="tune", arg="--plot") from exc
+    finally:
+        plt.close(fig)
     return out

@@ -1,7 +1,7 @@
 """Tuning records: one JSON line per measurement, appended, never rewritten.
 
 A line holds the task (op, attrs, shapes, dtypes, target), the config, the
-result (per-repeat seconds, median/min/max, GFLOPS) or the error, and where it
+result (per-repeat seconds, median/min/max, GFLOPS and GB/s) or the error, and where it
 came from (tuner, trial, kiln and TVM versions, timestamp). No pickle: a
 record is plain JSON that any tool can read.
 
@@ -127,17 +127,50 @@ def is_ok(rec: dict) -> bool:
     return rec.get("error") is None and isinstance(res, dict) and isinstance(res.get("median_s"), (int, float))
 
 
+def score(rec: dict) -> float:
+    """What tuners maximize: speed, 1 / median seconds (0 for a failed config).
+    Time, not GFLOPS: a memory-bound op does no arithmetic worth counting."""
+    return 1.0 / rec["result"]["median_s"] if is_ok(rec) and rec["result"]["median_s"] > 0 else 0.0
+
+
 def best(records: Iterable[dict]) -> dict | None:
     """The successful record with the lowest median time, or None."""
     ok = [r for r in records if is_ok(r)]
     return min(ok, key=lambda r: r["result"]["median_s"]) if ok else None
 
 
-def apply(path) -> None:
-    """Use the best configs in ``path`` (in addition to the default records)."""
+def check_writable(path) -> None:
+    """Raise ``CacheError`` now, not after the first measured batch, if
+    records cannot be appended to ``path``."""
     path = Path(path)
-    if not path.exists():
-        raise CacheError(f"records file {path} does not exist", arg="records")
+    if path.is_dir():
+        raise CacheError(f"records file {path} is a directory, expected a file path", arg="records")
+    if path.exists():
+        blocker, ok = path, os.access(path, os.W_OK)
+    else:  # append creates the missing folders under the nearest existing one
+        blocker = next(p for p in path.absolute().parents if p.exists())
+        ok = blocker.is_dir() and os.access(blocker, os.W_OK | os.X_OK)
+    if not ok:
+        raise CacheError(f"cannot write records file {path}: {blocker} is not a writable "
+                         f"{'file' if blocker == path else 'folder'}", arg="records")
+
+
+def apply(path) -> None:
+    """Use the best configs in ``path`` (in addition to the default records).
+    Raises ``CacheError`` for a missing or unreadable file, or one with lines
+    but no valid record (not a records file)."""
+    path = Path(path)
+    if not path.is_file():
+        raise CacheError(f"records file {path} does not exist" if not path.exists() else
+                         f"records file {path} is not a file", arg="records")
+    try:
+        with path.open("rb") as f:
+            has_lines = bool(f.read(1 << 16).strip())
+    except OSError as exc:
+        raise CacheError(f"cannot read records file {path}: {exc}", arg="records") from exc
+    if has_lines and not load(path):
+        raise CacheError(f"{path} holds no valid tuning record: not a records file written by kiln tune",
+                         arg="records")
     with _lock:
         if path not in _applied:
             _applied.append(path)

@@ -7,6 +7,12 @@ registered with a TVM RPC tracker (``RPCRunner``, one measurement per device
 at a time). Every call runs in a worker process with a timeout: a config that
 crashes its worker or hangs comes back as an error (``crash``, ``timeout``)
 and the worker is replaced, so the search goes on.
+
+``tune`` calls ``runner.check()`` before it starts: an ``RPCRunner`` asks the
+tracker for its summary within a few seconds and refuses a tracker that is
+down or a key no device serves. During the run the tracker is asked again
+before each batch and after a timeout, so a device that cannot be reached is
+recorded as ``rpc`` (at once) rather than as a ``timeout`` per trial.
 """
 from __future__ import annotations
 
@@ -15,6 +21,8 @@ import os
 import queue
 import select
 import signal
+import socket
+import struct
 import subprocess
 import sys
 import tempfile
@@ -22,6 +30,7 @@ import time
 from concurrent.futures import ThreadPoolExecutor
 
 from .. import config as kiln_config
+from ..errors import KilnError
 
 START_TIMEOUT_S = 120.0
 
@@ -163,6 +172,9 @@ class LocalRunner:
     def describe(self) -> str:
         return "local"
 
+    def check(self) -> None:
+        """Raise a ``KilnError`` before tuning if measuring cannot work (local: it can)."""
+
     def _request(self, library: str, data: str, device: str) -> dict:
         return {"cmd": "run", "library": library, "data": data, "device": device, "rpc": None, **self.timing}
 
@@ -179,12 +191,74 @@ class RPCRunner(LocalRunner):
     ``n_parallel`` measurements run at once (one per device)."""
 
     def __init__(self, host: str, port: int, key: str, n_parallel: int = 1, session_timeout: float = 60.0,
-                 **timing):
+                 connect_timeout: float = 5.0, **timing):
         super().__init__(n_parallel=n_parallel, **timing)
-        self.rpc = {"host": host, "port": int(port), "key": key, "session_timeout": session_timeout}
+        self.rpc = {"host": host, "port": int(port), "key": key, "session_timeout": session_timeout,
+                    "connect_timeout": connect_timeout}
 
     def describe(self) -> str:
         return f"rpc {self.rpc['host']}:{self.rpc['port']} key={self.rpc['key']}"
 
+    def check(self) -> None:
+        """Refuse a tracker that does not answer or a key no device serves; warn
+        when every device of the key is busy (trials wait for one)."""
+        problem, busy = self._problem()
+        if problem:
+            raise KilnError(problem, op="tune", arg="rpc")
+        if busy:
+            import warnings
+
+            warnings.warn(busy, RuntimeWarning, stacklevel=2)
+
+    def _problem(self) -> tuple[str | None, str | None]:
+        """(why no device can be reached or None, a note that all are busy or None)."""
+        host, port, key = self.rpc["host"], self.rpc["port"], self.rpc["key"]
+        try:
+            summary = tracker_summary(host, port, self.rpc["connect_timeout"])
+        except (OSError, ValueError) as exc:
+            return (f"no TVM RPC tracker answers at {host}:{port} ({exc}); start one with "
+                    f"`python -m tvm.exec.rpc_tracker --host {host} --port {port}`"), None
+        servers = [s for s in summary.get("server_info", []) if s.get("key", "").partition(":")[2] == key]
+        if not servers:
+            keys = sorted({s.get("key", "").partition(":")[2] for s in summary.get("server_info", [])})
+            return (f"the tracker at {host}:{port} has no device registered under key {key!r} (registered: "
+                    f"{', '.join(map(repr, keys)) or 'none'}); start one with `python -m tvm.exec.rpc_server "
+                    f"--tracker {host}:{port} --key {key}`"), None
+        free = summary.get("queue_info", {}).get(key, {}).get("free", 0)
+        if free == 0:
+            return None, f"all {len(servers)} device(s) under key {key!r} are busy: trials wait for a free one"
+        return None, None
+
+    def run(self, libraries: list[str], data: str, device: str = "cpu") -> list[dict]:
+        problem, _ = self._problem()
+        if problem:  # fail the batch now rather than after one timeout per trial
+            return [{"ok": False, "kind": "rpc", "message": problem} for _ in libraries]
+        results = super().run(libraries, data, device)
+        if any(r.get("kind") == "timeout" for r in results):
+            problem, _ = self._problem()
+            if problem:  # the device went away mid-batch: unreachable, not slow
+                results = [{"ok": False, "kind": "rpc", "message": f"{problem} ({r['message']})"}
+                           if r.get("kind") == "timeout" else r for r in results]
+        return results
+
     def _request(self, library: str, data: str, device: str) -> dict:
         return {**super()._request(library, data, device), "rpc": self.rpc}
+
+
+def tracker_summary(host: str, port: int, timeout: float = 5.0) -> dict:
+    """The tracker's summary (``queue_info``, ``server_info``), asked over a
+    socket that gives up after ``timeout`` seconds per step: TVM's own client
+    retries a refused connection for a minute and waits on a silent peer forever.
+    Raises ``OSError`` (unreachable, no answer) or ``ValueError`` (not a tracker)."""
+    from tvm.rpc import base
+
+    with socket.create_connection((host, int(port)), timeout=timeout) as sock:
+        sock.sendall(struct.pack("<i", base.RPC_TRACKER_MAGIC))
+        magic = struct.unpack("<i", base.recvall(sock, 4))[0]
+        if magic != base.RPC_TRACKER_MAGIC:
+            raise ValueError("the server there is not a TVM RPC tracker")
+        base.sendjson(sock, [base.TrackerCode.SUMMARY])
+        reply = base.recvjson(sock)
+    if not (isinstance(reply, list) and len(reply) == 2 and reply[0] == base.TrackerCode.SUCCESS):
+        raise ValueError(f"unexpected tracker reply {str(reply)[:100]}")
+    return reply[1]

@@ -4,7 +4,10 @@
 with the op's rules, so a bad task fails here with a clear error, not in a
 worker process. ``task.lower(config)`` is the template applied to a config;
 ``task.data()`` the seeded inputs and the numpy reference outputs every
-config is checked against.
+config is checked against. ``task.unit`` says how a speed is reported:
+GFLOPS for compute-bound ops (matmul, conv2d), GB/s of inputs read plus
+outputs written for the others (``task.rate(seconds)``); tuners compare
+configs by time either way.
 """
 from __future__ import annotations
 
@@ -18,7 +21,7 @@ from ..errors import ShapeError
 from . import records
 from ..runtime.device import Target, as_target
 from ..runtime.lower import Lowered, lower
-from ..runtime.measure import random_inputs
+from ..runtime.measure import check_measurable, nbytes, random_inputs, work
 from ..te import get_op
 from ..te.shapes import is_static
 
@@ -46,6 +49,9 @@ class Task:
             if not all(is_static(d) for d in s):
                 raise ShapeError(f"got {s}, expected static dims: tuning measures one concrete shape",
                                  op=op.name, arg=f"input {i}")
+        # no empty tensors (nothing to time) and room for the data: the parent's inputs and
+        # reference outputs, and a worker's inputs, expected and computed outputs
+        check_measurable(op, shapes, list(dtypes), parsed, input_copies=2, output_copies=3)
         return cls(op, parsed, tuple(shapes), tuple(dtypes), tuple(tuple(int(d) for d in s) for s in out_shapes),
                    tuple(out_dtypes), target)
 
@@ -65,6 +71,24 @@ class Task:
     @cached_property
     def flops(self) -> float:
         return float(self.op.flops(list(self.shapes), **self.attrs))
+
+    @cached_property
+    def _work(self) -> tuple[str, float]:
+        return work(self.op, self.shapes, self.dtypes, self.attrs)
+
+    @property
+    def unit(self) -> str:
+        """``"GFLOPS"`` for compute-bound ops, ``"GB/s"`` for memory-bound ones."""
+        return self._work[0]
+
+    @cached_property
+    def bytes(self) -> int:
+        """Bytes of the inputs read plus the outputs written by one call."""
+        return nbytes(self.shapes + self.out_shapes, self.dtypes + self.out_dtypes)
+
+    def rate(self, seconds: float) -> float:
+        """``seconds`` per call as a speed in ``self.unit`` (0 for no time)."""
+        return self._work[1] / seconds / 1e9 if seconds > 0 else 0.0
 
     def lower(self, config: Mapping | None = None) -> Lowered:
         """The template applied to ``config`` (raises ScheduleError/BuildError if invalid)."""

@@ -5,6 +5,10 @@ killed run loses at most the batch in flight. ``resume=True`` reads the
 task's records back first: their configs count as trials done, feed the
 tuner, and are never measured again. The template's default config is
 measured first, so every run can say how much tuning gained.
+
+Configs are compared by time (``records.score``: 1 / median seconds), for
+the tuners, their cost model and early stopping alike; speeds are reported
+in the task's unit (GFLOPS, or GB/s for memory-bound ops, whose GFLOPS is 0).
 """
 from __future__ import annotations
 
@@ -35,9 +39,14 @@ class Progress:
     done: int = 0
     resumed: int = 0         # trials read back from the records, not measured by this run
     errors: int = 0
-    best_gflops: float = 0.0
-    default_gflops: float = 0.0
+    best_s: float = float("inf")     # median seconds of the fastest config so far
+    default_s: float = float("inf")  # of the template's default config
     started: float = field(default_factory=time.monotonic)
+
+    @property
+    def best_rate(self) -> float:
+        """The best config's speed in ``task.unit`` (0 before one succeeded)."""
+        return self.task.rate(self.best_s) if self.best_s < float("inf") else 0.0
 
     @property
     def elapsed(self) -> float:
@@ -87,8 +96,9 @@ def tune(task: Task, trials: int = 64, tuner: str = "xgb", records: str | os.Pat
     records : path of the JSON Lines records file (default: kiln's, which
         ``kiln.build`` reads)
     resume : continue from this task's records instead of starting over
-    runner : ``LocalRunner()`` (default) or ``RPCRunner(host, port, key)``
-    early_stopping : stop after this many trials without a better config
+    runner : ``LocalRunner()`` (default) or ``RPCRunner(host, port, key)``;
+        its ``check()`` runs first (an unreachable RPC tracker fails in seconds)
+    early_stopping : stop after this many trials without a faster config
     transfer : seed the xgb model with records of other shapes of the same op
     """
     if tuner not in TUNERS:
@@ -96,7 +106,13 @@ def tune(task: Task, trials: int = 64, tuner: str = "xgb", records: str | os.Pat
     if trials < 1 or batch_size < 1:
         raise AttrError(f"got trials={trials}, batch_size={batch_size}, expected positive numbers", op="tune",
                         arg="trials")
+    if early_stopping is not None and early_stopping < 1:
+        raise AttrError(f"got early_stopping={early_stopping}, expected a positive number of trials or None",
+                        op="tune", arg="early_stopping")
     path = Path(records) if records else rec.default_path()
+    rec.check_writable(path)
+    if runner is not None and hasattr(runner, "check"):
+        runner.check()
     space = Space(task)
     options = dict(tuner_options)
     if tuner == "xgb" and transfer:
@@ -111,7 +127,7 @@ def tune(task: Task, trials: int = 64, tuner: str = "xgb", records: str | os.Pat
     runner = runner or LocalRunner()
     builder = builder or Builder()
     progress = Progress(task, trials, done=len(search.visited), resumed=len(search.visited))
-    progress.best_gflops = max(search.scores, default=0.0)
+    progress.best_s = min((r["result"]["median_s"] for r in prior if rec.is_ok(r)), default=float("inf"))
     folder = tempfile.mkdtemp(prefix="kiln-tune-")
     data = _write_data(task, folder)
     session, since_best = [], 0
@@ -125,16 +141,17 @@ def tune(task: Task, trials: int = 64, tuner: str = "xgb", records: str | os.Pat
                                      {"tuner": tuner, "run": run_id, "seed": seed}, first_trial=progress.done)
             rec.append(path, batch_records)  # flushed before the next batch starts
             session += batch_records
-            scores = [r["result"]["gflops"] if rec.is_ok(r) else 0.0 for r in batch_records]
+            scores = [rec.score(r) for r in batch_records]
             search.update(batch, scores)
             progress.done += len(batch)
             progress.errors += sum(1 for r in batch_records if r["error"])
-            if max(scores) > progress.best_gflops:
-                progress.best_gflops, since_best = max(scores), 0
+            times = [r["result"]["median_s"] for r in batch_records if rec.is_ok(r)]
+            if times and min(times) < progress.best_s:
+                progress.best_s, since_best = min(times), 0
             else:
                 since_best += len(batch)
-            if progress.default_gflops == 0.0 and batch[0] == space.default:
-                progress.default_gflops = scores[0]
+            if batch[0] == space.default and progress.default_s == float("inf") and rec.is_ok(batch_records[0]):
+                progress.default_s = batch_records[0]["result"]["median_s"]
             if callback:
                 callback(progress)
             if early_stopping and since_best >= early_stopping:
@@ -154,7 +171,7 @@ def _replay(search, space, task, prior) -> None:
         c = space.check(r["config"])
         if c is not None and config_key(c) not in search.visited:
             configs.append(c)
-            scores.append(r["result"]["gflops"] if rec.is_ok(r) else 0.0)
+            scores.append(rec.score(r))
     search.update(configs, scores)
 
 
@@ -194,7 +211,8 @@ def _measure(task, space, batch, builder, runner, folder, data, about, first_tri
         costs = np.asarray(r["costs"])
         median = float(np.median(costs))
         result = {"costs": [float(c) for c in costs], "median_s": median, "min_s": float(costs.min()),
-                  "max_s": float(costs.max()), "gflops": task.flops / median / 1e9 if median > 0 else 0.0}
+                  "max_s": float(costs.max()), "gflops": task.flops / median / 1e9 if median > 0 else 0.0,
+                  "gbps": task.bytes / median / 1e9 if median > 0 else 0.0}
         out.append(rec.make_record(task.json, config, result=result, measure_s=round(r.get("measure_s", 0.0), 4),
                                    device=r.get("device"), **info))
     return out
@@ -205,8 +223,9 @@ def _error(reply: dict) -> dict:
 
 
 def transfer_rows(task: Task, path: Path, limit: int = 512) -> list:
-    """(features, relative score, group) rows from records of other shapes of
-    the same op on the same target: what the model knows before measuring."""
+    """(features, speed relative to that task's fastest, group) rows from
+    records of other shapes of the same op on the same target: what the model
+    knows before measuring."""
     by_task: dict[str, list] = {}
     for r in rec.load(path):
         t = r["task"]
@@ -219,11 +238,11 @@ def transfer_rows(task: Task, path: Path, limit: int = 512) -> list:
             other = Space(Task.create(task.op, t["shapes"], t["dtypes"], t["attrs"], task.target))
         except Exception:  # noqa: BLE001 - a record of a shape this template no longer takes
             continue
-        best = max((r["result"]["gflops"] for r in recs if rec.is_ok(r)), default=0.0) or 1.0
+        best = max((rec.score(r) for r in recs), default=0.0) or 1.0
         for r in recs:
             c = other.check(r["config"])
             if c is not None:
-                rows.append((other.features(c), (r["result"]["gflops"] if rec.is_ok(r) else 0.0) / best, group))
+                rows.append((other.features(c), rec.score(r) / best, group))
         if len(rows) >= limit:
             break
     return rows[:limit]

@@ -1,7 +1,9 @@
 """Tuners: which configs to measure next.
 
 A tuner proposes batches of configs it has not seen (``next_batch``) and is
-told what they scored (``update``: GFLOPS, 0 for a failed config).
+told what they scored (``update``: speed, 1 / median seconds — ``records.score``
+— so memory-bound ops, which count no FLOPs, are ranked too; 0 for a failed
+config).
 
 ``RandomTuner``  uniform draws over the valid configs.
 ``GridTuner``    every valid config in a fixed order, the default first.

@@ -1,5 +1,7 @@
 """Arguments shared by subcommands: an op's inputs (``--shape``, ``--dtype``),
-its attributes (``--attr k=v``) and the target.
+its attributes (``--attr k=v``), the target and tuned configs (``--records``);
+value checkers for numeric flags; and the parser class that makes argparse's
+own errors look like every other kiln error.
 
 ``--shape`` lists every input's shape, comma-separated, dims joined by ``x``
 (``64x128,128``). Two shorthands: one shape for an op of several inputs is used
@@ -10,18 +12,69 @@ from __future__ import annotations
 
 import argparse
 import ast
+import math
+from typing import NoReturn
 
 from ..errors import AttrError, ShapeError
 from ..te import get_op
 
+INT64_MAX = 2 ** 63 - 1  # TVM indexes with int64: a larger dim or element count cannot be compiled
 
-def add_op_arguments(parser: argparse.ArgumentParser, required: bool = True) -> None:
+
+class KilnArgumentParser(argparse.ArgumentParser):
+    """An ``ArgumentParser`` whose usage errors read ``kiln: error: ...`` (exit 2),
+    like the errors subcommands raise; ``add_subparsers`` gives every
+    subcommand's parser this class too."""
+
+    def error(self, message: str) -> NoReturn:
+        self.exit(2, f"kiln: error: {message} (see `{self.prog} --help`)\n")
+
+
+def _number(kind, what: str, low: float, high: float | None = None, low_ok: bool = True):
+    """An argparse ``type=`` that takes a ``kind`` number in ``[low, high]``
+    (``(low, high]`` when ``low_ok`` is false)."""
+    def check(text: str):
+        try:
+            value = kind(text)
+        except ValueError:
+            raise argparse.ArgumentTypeError(f"got {text!r}, expected {what}") from None
+        if value != value or value < low or (value == low and not low_ok) or (high is not None and value > high):
+            raise argparse.ArgumentTypeError(f"got {text!r}, expected {what}")
+        return value
+
+    check.__name__ = what
+    return check
+
+
+positive_int = _number(int, "a positive integer", 0, low_ok=False)
+seed_int = _number(int, "an integer in [0, 2**32)", 0, 2 ** 32 - 1)
+seconds = _number(float, "a number of seconds in (0, 86400]", 0.0, 86400.0, low_ok=False)
+
+
+def add_op_arguments(parser: argparse.ArgumentParser, required: bool = True, records: bool = True) -> None:
+    """``op --shape --dtype --attr --target`` and, unless ``records=False``
+    (``kiln tune`` defines its own), ``--records`` read by ``apply_records_arg``."""
     parser.add_argument("op", nargs=None if required else "?", help="a registered op (see `kiln ops`)")
     parser.add_argument("--shape", required=required, help="input shapes, e.g. 1024x1024x1024 (matmul MxKxN) or 64x128,128")
     parser.add_argument("--dtype", default="float32", help="input dtype(s), comma-separated (default float32)")
     parser.add_argument("--attr", action="append", default=[], metavar="KEY=VALUE",
                         help="an op attribute, value as a Python literal (repeatable)")
     parser.add_argument("--target", default="cpu", help="cpu (default) or cuda[:sm_80]")
+    if records:
+        parser.add_argument("--records", metavar="FILE",
+                            help="also use the best tuned configs in this records file (written by kiln tune "
+                                 "--records FILE); kiln's default records file is always read")
+
+
+def apply_records_arg(args: argparse.Namespace) -> None:
+    """Make ``kiln.build`` use the configs of ``--records FILE`` when it was given."""
+    path = getattr(args, "records", None)
+    if not path:
+        return
+    from ..autotune import records
+
+    records.check_readable(path)
+    records.apply(path)
 
 
 def parse_dims(op: str, text: str) -> tuple[int, ...]:
@@ -31,11 +84,16 @@ def parse_dims(op: str, text: str) -> tuple[int, ...]:
         raise ShapeError(f"got {text!r}, expected dims like 64x128", op=op, arg="--shape") from None
     if any(d < 0 for d in dims):
         raise ShapeError(f"got {text!r}, expected non-negative dims", op=op, arg="--shape")
+    if max(dims, default=0) > INT64_MAX or math.prod(dims) > INT64_MAX:
+        raise ShapeError(f"got {text!r}, expected dims whose product fits in int64 (at most {INT64_MAX})",
+                         op=op, arg="--shape")
     return dims
 
 
-def input_shapes(op_name: str, text: str) -> list[tuple[int, ...]]:
+def input_shapes(op_name: str, text: str | None) -> list[tuple[int, ...]]:
     op = get_op(op_name)
+    if text is None:
+        raise ShapeError("missing, expected the input shapes, e.g. --shape 64x128,128", op=op.name, arg="--shape")
     shapes = [parse_dims(op.name, part) for part in text.split(",")]
     if op.name in ("matmul", "dense") and len(shapes) == 1 and len(shapes[0]) == 3:
         m, k, n = shapes[0]
@@ -58,6 +116,6 @@ def parse_attrs(op: str, items: list[str]) -> dict:
             raise AttrError(f"got {item!r}, expected KEY=VALUE", op=op, arg="--attr")
         try:
             attrs[key.strip()] = ast.literal_eval(value.strip())
-        except (ValueError, SyntaxError):
+        except (ValueError, SyntaxError, TypeError, MemoryError, RecursionError):
             attrs[key.strip()] = value.strip()  # a bare word, e.g. layout=NHWC
     return attrs

@@ -7,7 +7,7 @@ from dataclasses import asdict
 from ..errors import AttrError
 from ..runtime import build
 from ..schedules.cuda import check
-from .args import add_op_arguments, input_dtypes, input_shapes, parse_attrs
+from .args import add_op_arguments, apply_records_arg, input_dtypes, input_shapes, parse_attrs
 
 
 def register(subparsers) -> None:
@@ -21,12 +21,13 @@ def register(subparsers) -> None:
 
 
 def run(args) -> int:
+    apply_records_arg(args)
     shapes = input_shapes(args.op, args.shape)
     kernel = build(args.op, shapes, input_dtypes(args.dtype, len(shapes)), parse_attrs(args.op, args.attr),
                    target=args.target)
     info = {"op": kernel.op.name, "shapes": [list(s) for s in shapes], "dtypes": list(kernel.dtypes),
             "target": str(kernel.target), "template": kernel.template, "config": kernel.resolved_config(),
-            "script": kernel.script()}
+            "tuned": bool(kernel.config), "script": kernel.script()}
     if args.source:
         info["source"] = kernel.source()
     if args.traffic:
@@ -36,7 +37,8 @@ def run(args) -> int:
         return 0
     print(f"# {info['op']} {info['shapes']} {info['dtypes']} on {info['target']}")
     print(f"# template: {info['template']}")
-    print("# config: " + ", ".join(f"{k}={v}" for k, v in info["config"].items()))
+    source = "tuned, from the records" if info["tuned"] else "the template's defaults"
+    print(f"# config ({source}): " + ", ".join(f"{k}={v}" for k, v in info["config"].items()))
     print(info["script"])
     if args.source:
         print(info["source"])
@@ -52,7 +54,6 @@ def run(args) -> int:
 
 
 def _traffic(kernel) -> dict:
-
     if kernel.target.kind != "cuda":
         raise AttrError("the traffic model is for CUDA schedules: add --target cuda", op="show", arg="--traffic")
     mod = kernel.ir()
