@@ -13,7 +13,7 @@ import numbers
 
 import numpy as np
 
-from ..errors import AttrError, TargetError
+from ..errors import AttrError
 from . import rng
 from .rng import manual_seed  # noqa: F401  (the same call as kiln.manual_seed: it reseeds everything)
 from .tensor import Tensor
@@ -40,10 +40,7 @@ def _shape(op: str, shape: tuple) -> tuple:
 
 
 def _tensor(values, dtype, requires_grad, device=None):
-    if device is not None and getattr(device, "kind", None) != "cpu":
-        raise TargetError(f"got {device!r}, expected None or kiln.cpu(): nn tensors live on the CPU",
-                          op="init", arg="device")
-    return Tensor(np.asarray(values, dtype=dtype), requires_grad=requires_grad)
+    return Tensor(np.asarray(values, dtype=dtype), requires_grad=requires_grad, device=device)
 
 
 def rand(*shape, low=0.0, high=1.0, device=None, dtype="float32", requires_grad=False, generator=None):

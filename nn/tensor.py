@@ -25,7 +25,7 @@ import weakref
 import numpy as np
 import tvm
 
-from ..errors import DTypeError, GradError, KilnError, ShapeError
+from ..errors import DTypeError, GradError, KilnError, ShapeError, TargetError
 from ..runtime import build, cpu
 from ..runtime.kernel import actual_rows
 from ..runtime import engine as _engine
@@ -118,9 +118,15 @@ class Tensor(ValueOps):
     dtype : str, optional
         Python scalars and lists default to float32 (numpy arrays keep theirs).
     requires_grad : bool
+        Only float tensors may require a gradient.
+    device : optional
+        None or ``kiln.cpu()`` (needle's argument; nn tensors live on the CPU).
     """
 
-    def __init__(self, data, *, dtype=None, requires_grad: bool = False):
+    def __init__(self, data, *, dtype=None, requires_grad: bool = False, device=None):
+        if device is not None and getattr(device, "kind", None) != "cpu":
+            raise TargetError(f"got {device!r}, expected None or kiln.cpu(): nn tensors live on the CPU",
+                              op="Tensor", arg="device")
         source = data.wait()._array if isinstance(data, Tensor) else data
         self._array = _to_device(source, dtype)
         self._var = _engine.default().new_var()
@@ -226,6 +232,13 @@ class Tensor(ValueOps):
 
     def item(self):
         return self.numpy().item()
+
+    def __bool__(self) -> bool:
+        """The value of a one-element tensor; any other size is ambiguous (as in PyTorch)."""
+        if int(np.prod(self.shape)) != 1:
+            raise ShapeError(f"the truth value of a tensor of shape {self.shape} is ambiguous; read it with "
+                             ".numpy() and use .any() or .all()", op="Tensor", arg="bool")
+        return bool(self.item())
 
     def __len__(self) -> int:
         if not self.shape:

@@ -76,6 +76,12 @@ class ValueOps:
     __rtruediv__ = lambda self, o: self._binary(o, "divide", reverse=True)  # noqa: E731
     __pow__ = lambda self, o: self._binary(o, "power")  # noqa: E731
     __eq__ = lambda self, o: self._binary(o, "equal")  # noqa: E731
+
+    def __ne__(self, other):
+        # without this, Python's default negates the truth value of ``==``'s result
+        eq = self._binary(other, "equal")
+        return eq if eq is NotImplemented else call("equal_scalar", eq, scalar=0)
+
     __ge__ = lambda self, o: self._binary(o, "greater_equal")  # noqa: E731
     __gt__ = lambda self, o: self._binary(o, "greater")  # noqa: E731
     __neg__ = lambda self: call("negate", self)  # noqa: E731

@@ -61,6 +61,15 @@ def test_backward_without_a_graph_is_an_error():
     np.testing.assert_allclose(a.grad.numpy(), [2.0, 2.0])
 
 
+def test_not_equal_and_truth_values_follow_the_elements():
+    x, y = t([1.0, np.nan, 3.0]), t([1.0, np.nan, 4.0])
+    np.testing.assert_array_equal((x != y).numpy(), [False, True, True])  # NaN != NaN, as in numpy
+    np.testing.assert_array_equal((x != 3.0).numpy(), [True, True, False])
+    assert not t([0.0]) and t(2.0) > 1
+    with pytest.raises(ShapeError, match="ambiguous"):
+        bool(x > 0)
+
+
 def test_conv_takes_int_or_pair_kernel_and_stride():
     kiln.manual_seed(0)
     conv = nn.Conv(2, 3, (3, 1), stride=(2, 1))
@@ -130,8 +139,10 @@ def test_init_like_helpers_and_needle_signatures():
     o = nn.init.ones_like(np.zeros((2, 2), "float64"), requires_grad=True)
     assert o.dtype == "float64" and o.requires_grad and (o.numpy() == 1).all()
     assert nn.init.zeros((2, 3)).shape == nn.init.randn(2, 3, device=kiln.cpu()).shape == (2, 3)
-    with pytest.raises(TargetError):
-        nn.init.rand(2, device=kiln.cuda())
+    assert kiln.Tensor([1.0], device=kiln.cpu()).device.kind == "cpu"
+    for make in (lambda: nn.init.rand(2, device=kiln.cuda()), lambda: kiln.Tensor([1.0], device=kiln.cuda())):
+        with pytest.raises(TargetError):
+            make()
     with pytest.raises(AttrError):
         nn.init.zeros(2, -1)
 
