@@ -15,8 +15,9 @@ import numpy as np
 from tvm import te, tirx
 
 from ..errors import DTypeError, ShapeError
+from . import nanmath
 from .registry import Op, call, register
-from .shapes import DTYPES, Bounded, NUMERIC, dtype_of, same_dim, shape_str, size, static
+from .shapes import DTYPES, FLOATS, Bounded, NUMERIC, dtype_of, same_dim, shape_str, size, static
 
 
 def _flat(x, name: str):
@@ -46,6 +47,14 @@ def _load(buf, *idx):
 
 def _store(buf, value, *idx):
     return tirx.BufferStore(buf, value, list(idx))
+
+
+def _count_nans(flat, n: int):
+    """The number of NaNs in the 1-D float tensor ``flat``, as an int32 tensor of shape (1,)."""
+    r = te.reduce_axis((0, n), "r")
+    one, zero = tirx.const(1, "int32"), tirx.const(0, "int32")
+    return te.compute((1,), lambda _: te.sum(tirx.Select(nanmath.isnan(flat[r]), one, zero), axis=r), name="nan_count",
+                      tag="dynamic")
 
 
 def _compact(n, keep, write, count):
@@ -198,7 +207,7 @@ class Nonzero(DataDependent):
                     rest = tirx.floordiv(rest, shape[axis])
                 return tirx.SeqStmt(stores) if len(stores) > 1 else stores[0]
 
-            keep = (lambda i: _load(xs, i)) if is_bool else (lambda i: _load(xs, i) != tirx.const(0, dtype_of(x)))
+            keep = (lambda i: _load(xs, i)) if is_bool else (lambda i: nanmath.nonzero(_load(xs, i)))
             return _compact(n, keep, write, count)
 
         return te.extern([(n, ndim), (1,)], [fx], fcompute, name=self.name, dtype=["int32", "int32"])
@@ -223,18 +232,29 @@ class Unique(DataDependent):
         n = size(tuple(x.shape))
         fx = _flat(x, "unique_x")
         dt = dtype_of(x)
+        nans = None
+        if dt in FLOATS:  # NaN has no place in a sort: sorted as +inf, counted apart, one NaN appended (numpy)
+            nans = _count_nans(fx, n)
+            fx = te.compute((n,), lambda i: tirx.Select(nanmath.isnan(fx[i]), tirx.const(float("inf"), dt), fx[i]),
+                            name="unique_keys", tag="injective")
         # TVM's runtime sort, on buffers at offset 0 (the packed call passes them as DLTensors)
         ordered = te.extern([fx.shape], [fx], lambda ins, outs: tirx.call_packed(
             "tvm.contrib.sort.sort", ins[0], outs[0], 0, True), name="unique_sorted", dtype=[dt],
             in_buffers=[tirx.decl_buffer(fx.shape, dt, "unique_in")], out_buffers=[tirx.decl_buffer(fx.shape, dt, "unique_out")])
 
         def fcompute(ins, outs):
-            (s,) = ins
-            out, count = outs
+            s, out, count = ins[0], outs[0], outs[1]
             first = lambda i: tirx.Or(i == 0, _load(s, i) != _load(s, tirx.max(i - 1, 0)))  # noqa: E731
-            return _compact(n, first, lambda i, k: _store(out, _load(s, i), k), count)
+            if nans is None:
+                return _compact(n, first, lambda i, k: _store(out, _load(s, i), k), count)
+            # the NaNs' +inf stand-ins sort last: compact the rest, then append one NaN
+            k, n_nan = _load(count, 0), _load(ins[1], 0)
+            append = tirx.IfThenElse(n_nan > 0, tirx.SeqStmt([_store(out, tirx.const(float("nan"), dt), k),
+                                                              _store(count, k + 1, 0)]), None)
+            return tirx.SeqStmt([_compact(n - n_nan, first, lambda i, j: _store(out, _load(s, i), j), count), append])
 
-        return te.extern([(n,), (1,)], [ordered], fcompute, name=self.name, dtype=[dt, "int32"])
+        inputs = [ordered] if nans is None else [ordered, nans]
+        return te.extern([(n,), (1,)], inputs, fcompute, name=self.name, dtype=[dt, "int32"])
 
     def reference(self, x):
         return np.unique(x)

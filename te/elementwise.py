@@ -14,7 +14,7 @@ from tvm import te, tirx
 
 from ..errors import AttrError
 from . import attrs as A
-from . import fastmath
+from . import fastmath, nanmath
 from .grad import cast_like, unbroadcast
 from .registry import Op, call, register
 from .shapes import FLOATS, NUMERIC, broadcast_index, broadcast_shapes, dtype_of, float_of, result_type, size
@@ -76,17 +76,18 @@ class Sign(Unary):
 
     def expr(self, v):
         zero, one = tirx.const(0, dtype_of(v)), tirx.const(1, dtype_of(v))
-        return tirx.Select(v > zero, one, tirx.Select(v < zero, -one, zero))
+        return tirx.Select(v > zero, one, tirx.Select(v < zero, -one, v))  # v: 0 or NaN, kept
 
 
 @register
 class Relu(Unary):
+    """``max(x, 0)``; NaN stays NaN (numpy, PyTorch). Its gradient at NaN is 0,
+    where PyTorch passes the incoming gradient through: the loss is NaN either way."""
+
     name = "relu"
     grad_inputs = ()
     grad_output = True  # y > 0 exactly where x > 0: the output alone masks the gradient
-
-    def expr(self, v):
-        return tirx.max(v, tirx.const(0, dtype_of(v)))
+    expr = staticmethod(nanmath.relu)
 
     def reference(self, x):
         return np.maximum(x, np.zeros((), x.dtype))
@@ -184,7 +185,7 @@ class Cast(Op):
 
     def compute(self, x, dtype):
         if dtype == "bool":
-            return te.compute(x.shape, lambda *i: x(*i) != tirx.const(0, dtype_of(x)), name=self.name, tag="injective")
+            return te.compute(x.shape, lambda *i: nanmath.nonzero(x(*i)), name=self.name, tag="injective")
         return _map(x, lambda v: v, self.name, dtype)
 
     def reference(self, x, dtype):
@@ -292,8 +293,14 @@ class Power(Binary):
     grad_inputs = (0, 1)
     grad_output = True
     dtypes = FLOATS
-    expr = staticmethod(tirx.power)
     reference = staticmethod(np.power)
+
+    @staticmethod
+    def expr(a, b):
+        # numpy takes x ** 0.5 as sqrt(x): (-inf) ** 0.5 is NaN there, inf for pow
+        if isinstance(b, tirx.FloatImm) and b.value == 0.5:
+            return tirx.sqrt(a)
+        return tirx.power(a, b)
 
     def gradient(self, g, node):
         a, b = node.inputs
@@ -307,7 +314,7 @@ class Maximum(Binary):
     name = "maximum"
     grad_inputs = (0, 1)
     grad_output = False
-    expr = staticmethod(tirx.max)
+    expr = staticmethod(nanmath.maximum)
     reference = staticmethod(np.maximum)
 
     def gradient(self, g, node):

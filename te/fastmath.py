@@ -12,6 +12,7 @@ from __future__ import annotations
 
 from tvm import tirx
 
+from . import nanmath
 from .shapes import dtype_of
 
 _HI, _LO = 88.72283905206835, -104.0  # ln(FLT_MAX); below -103.97 the result rounds to 0
@@ -38,7 +39,7 @@ def exp(v):
     low_factor = tirx.reinterpret("float32", (half + 127) << 23)
     high_factor = tirx.reinterpret("float32", (n_int - half + 127) << 23)
     body = tirx.Select(x > f(_HI), f(float("inf")), tirx.Select(x < f(_LO), f(0.0), p * low_factor * high_factor))
-    body = tirx.Select(tirx.isnan(x), x, body)
+    body = tirx.Select(nanmath.isnan(x), x, body)
     clamped = tirx.min(tirx.max(x, f(_LO)), f(_HI))
     n_value = tirx.floor(clamped * f(_LOG2E) + f(0.5))
     body = tirx.Let(r, clamped - n * f(_LN2_HI) - n * f(_LN2_LO), body)

@@ -13,6 +13,7 @@ from tvm import te, tirx
 
 from ..errors import AttrError, ShapeError
 from . import attrs as A
+from . import nanmath
 from .grad import cast_like, unbroadcast
 from .registry import Op, call, register
 from .shapes import (FLOATS, NUMERIC, broadcast_index, broadcast_shapes, dtype_of, result_type, same_dim,
@@ -168,7 +169,7 @@ class Dense(Op):
 
         def epilogue(i, j):
             v = acc[i, j] + b[j].astype(dt)
-            return tirx.max(v, tirx.const(0, dt)) if relu else v
+            return nanmath.relu(v) if relu else v
 
         return te.compute(acc.shape, epilogue, name=self.name, tag="matmul")
 

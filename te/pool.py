@@ -2,10 +2,10 @@
 PyTorch's ``count_include_pad=False``), global_avg_pool2d, and the backward ops
 of the windowed pools.
 
-``max_pool2d`` pads with the dtype's lowest value, which never wins: padding is
-at most half the window, so every window holds an input element. Its gradient
-goes, per window, to the first element (row-major in the window) equal to the
-window's max, as PyTorch does on ties.
+``max_pool2d`` pads with -inf, which never wins: padding is at most half the
+window, so every window holds an input element. A window holding NaN gives
+NaN. Its gradient goes, per window, to the first element (row-major in the
+window) equal to the window's max, as PyTorch does on ties, or to its first NaN.
 """
 from __future__ import annotations
 
@@ -14,6 +14,7 @@ from tvm import te, tirx
 
 from ..errors import ShapeError
 from . import attrs as A
+from . import nanmath
 from .conv import window_out
 from .registry import Op, call, register
 from .shapes import FLOATS, dtype_of, shape_str, size, static
@@ -62,11 +63,11 @@ def pool_windows(op: str, x, kernel, stride, padding, layout):
 
 def max_pool_expr(x, name: str, op: str, **attrs):
     out, raxes, src = pool_windows(op, x, **attrs)
-    low = tirx.min_value(dtype_of(x))
+    low = nanmath.lowest(dtype_of(x))
 
     def body(*i):
         idx, inside = src(i)
-        return te.max(tirx.if_then_else(inside, x(*idx), low), axis=raxes)
+        return nanmath.max_reducer()(tirx.if_then_else(inside, x(*idx), low), axis=raxes)
 
     return te.compute(out, body, name=name, tag="pool")
 
@@ -232,7 +233,8 @@ def _first_max(x, op: str, attrs):
 
     def body(*i):
         idx, inside = src(i)
-        hit = tirx.if_then_else(inside, x(*idx) == mx(*i), tirx.const(False, "bool"))
+        # A NaN is the max of its window (as in PyTorch): the first NaN takes the gradient.
+        hit = tirx.if_then_else(inside, tirx.Or(x(*idx) == mx(*i), nanmath.isnan(x(*idx))), tirx.const(False, "bool"))
         return te.min(tirx.if_then_else(hit, ry * kw + rx, kh * kw), axis=raxes)
 
     return te.compute(out, body, name="max_pool2d_grad_first", tag="pool")

@@ -2,7 +2,8 @@
 
 dtypes follow numpy on Linux: ``sum`` of int32 is int64, ``mean`` of ints is
 float64, ``max`` keeps the dtype. ``max`` over a zero-length axis is an error,
-as in numpy; ``sum`` over one is 0.
+as in numpy; ``sum`` over one is 0. NaN propagates through all four (``max``
+of a slice holding NaN is NaN, as ``np.max``).
 """
 from __future__ import annotations
 
@@ -11,7 +12,7 @@ from tvm import te, tirx
 
 from ..errors import ShapeError
 from . import attrs as A
-from . import fastmath
+from . import fastmath, nanmath
 from .registry import Op, call, register
 from .shapes import NUMERIC, dtype_of, float_of, is_static, normalize_axes, size, static
 
@@ -104,8 +105,8 @@ class Max(Reduction):
 
     def compute(self, x, axis, keepdims):
         out_shape, raxes, index = self.reduce_loops(x, axis, keepdims)
-        return te.compute(out_shape, lambda *i: te.max(x(*index(i)), axis=raxes) if raxes else x(*index(i)),
-                          name=self.name, tag=self.family)
+        return te.compute(out_shape, lambda *i: nanmath.max_reducer()(x(*index(i)), axis=raxes) if raxes
+                          else x(*index(i)), name=self.name, tag=self.family)
 
     def reference(self, x, axis, keepdims):
         return np.max(x, axis=axis, keepdims=keepdims)
@@ -162,8 +163,8 @@ class LogSumExp(Reduction):
         if not raxes:
             return te.compute(out_shape, lambda *i: x(*index(i)).astype(dt), name=self.name, tag=self.family)
         _, raxes2, index2 = self.reduce_loops(x, axis, keepdims)  # each stage needs its own reduce axes
-        mx = te.compute(out_shape, lambda *i: te.max(x(*index(i)).astype(dt), axis=raxes), name="lse_max",
-                        tag=self.family)
+        mx = te.compute(out_shape, lambda *i: nanmath.max_reducer()(x(*index(i)).astype(dt), axis=raxes),
+                        name="lse_max", tag=self.family)
 
         def shift(*i):
             return tirx.Select(tirx.isfinite(mx(*i)), mx(*i), tirx.const(0, dt))

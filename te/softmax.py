@@ -12,7 +12,7 @@ from tvm import te, tirx
 
 from ..errors import DTypeError, ShapeError
 from . import attrs as A
-from . import fastmath
+from . import fastmath, nanmath
 from .registry import Op, call, register
 from .shapes import FLOATS, INTS, dtype_of, normalize_axis, same_dim, shape_str, size, static
 
@@ -27,7 +27,7 @@ def _row_stages(x, axis):
     def at(i, r):
         return [r if k == axis else v for k, v in enumerate(i)]
 
-    mx = te.compute(kept, lambda *i: te.max(x(*at(i, r1)), axis=r1), name="row_max", tag="softmax")
+    mx = te.compute(kept, lambda *i: nanmath.max_reducer()(x(*at(i, r1)), axis=r1), name="row_max", tag="softmax")
     total = te.compute(kept, lambda *i: te.sum(fastmath.exp(x(*at(i, r2)) - mx(*i)), axis=r2), name="row_sum",
                        tag="softmax")
     return mx, total
@@ -69,7 +69,7 @@ class Softmax(RowOp):
         kept = tuple(1 if i == axis else d for i, d in enumerate(shape))
         r1, r2 = te.reduce_axis((0, shape[axis]), "r1"), te.reduce_axis((0, shape[axis]), "r2")
         at = lambda i, r: [r if k == axis else v for k, v in enumerate(i)]  # noqa: E731
-        mx = te.compute(kept, lambda *i: te.max(x(*at(i, r1)), axis=r1), name="row_max", tag="softmax")
+        mx = te.compute(kept, lambda *i: nanmath.max_reducer()(x(*at(i, r1)), axis=r1), name="row_max", tag="softmax")
         e = te.compute(shape, lambda *i: fastmath.exp(x(*i) - mx(*_kept(i, axis))), name="row_exp", tag="softmax")
         total = te.compute(kept, lambda *i: te.sum(e(*at(i, r2)), axis=r2), name="row_sum", tag="softmax")
         return te.compute(shape, lambda *i: e(*i) / total(*_kept(i, axis)), name=self.name, tag=self.family)

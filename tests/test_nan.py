@@ -1,0 +1,80 @@
+"""NaN and infinities through every op of the case table: each kernel agrees
+with its numpy reference when float inputs hold NaN, +inf or -inf (NaN where
+numpy gives NaN; exact equality for the bool and integer results of
+comparisons, ``nonzero``, ``unique``...).
+
+The cases are the table's own (same op, shapes, dtypes and attrs as
+``test_ops``), so the kernels are the ones that test compiles: in one session
+this file only runs them.
+"""
+import numpy as np
+import pytest
+
+import kiln
+from kiln.te import get_op
+
+from cases import CASES
+from helpers import as_list, assert_close, random_inputs
+
+FLOATS = ("float32", "float64")
+SPECIALS = {"nan": np.nan, "+inf": np.inf, "-inf": -np.inf}
+# float -> int casts of NaN or inf are undefined behaviour in C, and numpy's own
+# answer (with an "invalid value" warning) is whatever the CPU instruction gives.
+UNDEFINED = {("cast", "int32"), ("cast", "int64")}
+
+
+def _special_cases():
+    return [c for c in CASES if any(d in FLOATS for d in c.dtype_list())
+            and (c.op, c.attrs.get("dtype")) not in UNDEFINED]
+
+
+def with_specials(arrays, value, rng):
+    """Copies of ``arrays`` with ``value`` written at two random positions of each float array."""
+    out = []
+    for a in arrays:
+        a = np.array(a)
+        if a.dtype.kind == "f" and a.size:
+            flat = a.reshape(-1)
+            flat[rng.choice(a.size, size=min(2, a.size), replace=False)] = value
+        out.append(a)
+    return out
+
+
+@pytest.mark.parametrize("case", _special_cases(), ids=str)
+def test_nan_and_inf_match_numpy(case):
+    op = get_op(case.op)
+    dtypes = case.dtype_list()
+    kernel = kiln.build(case.op, case.shapes, dtypes, case.attrs)
+    attrs = op.parse_attrs(case.attrs)
+    rng = np.random.default_rng(0)
+    base = random_inputs(case, rng, dtypes)
+    for name, value in SPECIALS.items():
+        arrays = with_specials(base, value, rng)
+        got = as_list(kernel(*arrays))
+        with np.errstate(all="ignore"):
+            want = as_list(op.reference(*arrays, **attrs))
+        assert len(got) == len(want)
+        for i, (g, w) in enumerate(zip(got, want)):
+            tol = dtypes[0] if dtypes[0] in FLOATS else "float32"
+            assert_close(g, np.asarray(w), tol, f"{case} with {name}: output {i}")
+
+
+def test_every_float_op_is_checked_with_nan():
+    floats = {c.op for c in CASES if any(d in FLOATS for d in c.dtype_list())}
+    assert floats - {c.op for c in _special_cases()} == set()
+
+
+@pytest.mark.parametrize("op, args, want", [
+    ("relu", [[1.0, np.nan, -2.0]], [1.0, np.nan, 0.0]),
+    ("maximum", [[np.nan, 0.0, 1.0], [0.0, np.nan, 0.5]], [np.nan, np.nan, 1.0]),
+    ("sign", [[np.nan, -3.0, 0.0]], [np.nan, -1.0, 0.0]),
+    ("max", [[1.0, np.nan, 3.0]], np.nan),
+    ("max", [[-np.inf, -np.inf]], -np.inf),
+    ("cast", [[np.nan, 0.0, -0.0]], [True, False, False]),
+])
+def test_the_reported_cases(op, args, want):
+    """The examples that swallowed NaN (or made -inf finite) before."""
+    arrays = [np.asarray(a, "float32") for a in args]
+    attrs = {"dtype": "bool"} if op == "cast" else {}
+    got = kiln.build(op, [a.shape for a in arrays], "float32", attrs)(*arrays)
+    np.testing.assert_array_equal(got, np.asarray(want, got.dtype))
