@@ -6,9 +6,23 @@ from __future__ import annotations
 
 import numpy as np
 
-from ..errors import AttrError, DataError
+from ..errors import AttrError, DataError, DTypeError
 from ..runtime import engine
 from . import rng
+
+
+def check_labels(labels, classes, op: str) -> np.ndarray:
+    """Integer class ``labels`` as a numpy array, refused (naming ``op``) unless
+    every one lies in ``[0, classes)``; ``classes`` None (unknown) skips the range."""
+    values = np.asarray(labels)
+    if values.dtype.kind not in "iu":
+        raise DTypeError(f"got labels of dtype {values.dtype}, expected integer class indices", op=op, arg="labels")
+    if values.size and classes is not None:
+        low, high = int(values.min()), int(values.max())
+        if low < 0 or high >= classes:
+            raise DataError(f"got labels in [{low}, {high}], expected class indices in [0, {classes})", op=op,
+                            arg="labels")
+    return values
 
 
 class Dataset:

@@ -12,10 +12,11 @@ from typing import Sequence
 
 import numpy as np
 
-from ..errors import AttrError, DataError, DTypeError
+from ..errors import AttrError
 from ..te import call
 from ..te.value import ValueOps, pick_alias
 from . import init
+from .data import check_labels
 from .tensor import Tensor
 
 
@@ -134,8 +135,9 @@ def chunk(x, chunks: int, axis: int = 0, *, dim: int | None = None) -> list:
 
 
 def one_hot(labels, num_classes: int, dtype: str = "float32"):
-    """Integer labels (...) -> (..., num_classes) rows of the identity."""
-    return call("one_hot", labels, num_classes=num_classes, dtype=dtype)
+    """Integer labels (...) in ``[0, num_classes)`` -> (..., num_classes) rows of
+    the identity; host labels outside that range raise (see ``cross_entropy``)."""
+    return call("one_hot", _host_labels(labels, num_classes, "one_hot"), num_classes=num_classes, dtype=dtype)
 
 
 def conv2d(x, weight, bias=None, stride=1, padding=0, dilation=1):
@@ -183,22 +185,17 @@ def cross_entropy(logits, labels):
     Tensor's after waiting for that tensor alone (its values are host data in
     practice). A traced value's labels are not known, so not checked.
     """
-    if isinstance(labels, ValueOps) and not isinstance(labels, Tensor):
-        return call("softmax_cross_entropy", logits, labels)
-    values = labels.numpy() if isinstance(labels, Tensor) else np.asarray(labels)
-    if values.dtype.kind not in "iu":
-        raise DTypeError(f"got labels of dtype {values.dtype}, expected integer class indices",
-                         op="cross_entropy", arg="labels")
     shape = logits.shape if hasattr(logits, "shape") else np.shape(logits)
-    classes = shape[-1] if len(shape) else None
-    if values.size and isinstance(classes, int):
-        low, high = int(values.min()), int(values.max())
-        if low < 0 or high >= classes:
-            raise DataError(f"got labels in [{low}, {high}], expected class indices in [0, {classes}) "
-                            f"for logits of {classes} classes", op="cross_entropy", arg="labels")
-    if not isinstance(labels, Tensor):
-        labels = Tensor(values.astype("int32"))
-    return call("softmax_cross_entropy", logits, labels)
+    classes = shape[-1] if len(shape) and isinstance(shape[-1], int) else None
+    return call("softmax_cross_entropy", logits, _host_labels(labels, classes, "cross_entropy"))
+
+
+def _host_labels(labels, classes, op: str):
+    """``labels`` as a kiln value, checked against ``classes`` where the values are known."""
+    if isinstance(labels, ValueOps) and not isinstance(labels, Tensor):
+        return labels
+    values = check_labels(labels.numpy() if isinstance(labels, Tensor) else labels, classes, op)
+    return labels if isinstance(labels, Tensor) else Tensor(values.astype("int32"))
 
 
 def _axis(op: str, axis: int, dim: int | None) -> int:

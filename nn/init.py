@@ -15,6 +15,7 @@ import numpy as np
 
 from ..errors import AttrError
 from . import rng
+from .data import check_labels
 from .rng import manual_seed  # noqa: F401  (the same call as kiln.manual_seed: it reseeds everything)
 from .tensor import Tensor
 
@@ -82,7 +83,7 @@ def ones_like(array, *, device=None, dtype=None, requires_grad=False):
 
 def one_hot(n: int, labels, device=None, dtype="float32", requires_grad=False):
     """Rows of the n x n identity picked by integer ``labels``."""
-    labels = np.asarray(labels.numpy() if isinstance(labels, Tensor) else labels)
+    labels = check_labels(labels.numpy() if isinstance(labels, Tensor) else labels, n, "init.one_hot")
     return _tensor(np.eye(n)[labels], dtype, requires_grad, device)
 
 

@@ -94,11 +94,19 @@ def _general_kernel(op, before, shapes, dtypes, attrs):
 
 
 def _to_device(data, dtype=None) -> tvm.runtime.Tensor:
+    try:
+        dtype = None if dtype is None else np.dtype(dtype)
+    except TypeError:
+        raise DTypeError(f"got {dtype!r}, expected a dtype name such as 'float32'", op="Tensor", arg="dtype") from None
     if isinstance(data, tvm.runtime.Tensor):
         if dtype is not None and str(data.dtype) != str(np.dtype(dtype)):
             return tvm.runtime.tensor(data.numpy().astype(dtype), cpu().device())
         return data
-    arr = np.asarray(data, dtype=dtype)
+    try:
+        arr = np.asarray(data, dtype=dtype)
+    except (TypeError, ValueError) as exc:  # ragged nesting, or values the dtype cannot hold
+        raise ShapeError(f"cannot make an array of {type(data).__name__} data: {exc}", op="Tensor",
+                         arg="data") from None
     if dtype is None and arr.dtype == np.float64 and not isinstance(data, np.ndarray):
         arr = arr.astype(np.float32)  # Python floats and lists default to float32, as in needle
     if arr.dtype == np.int64 and not isinstance(data, np.ndarray):

@@ -46,7 +46,7 @@ def test_transpose_swaps_two_axes_and_permute_reorders_all():
         t([1.0, 2.0]).transpose()
 
 
-def test_backward_without_a_graph_is_an_error():
+def test_backward_without_a_graph_and_bad_tensor_arguments_are_errors():
     a = t([1.0, 2.0], grad=True)
     with kiln.no_grad():
         made_without_grad = a * a
@@ -57,6 +57,10 @@ def test_backward_without_a_graph_is_an_error():
         (a * a).backward(np.ones(3, "float32"))
     with pytest.raises(DTypeError, match="float"):
         kiln.Tensor([1, 2], requires_grad=True)
+    with pytest.raises(DTypeError, match="dtype"):
+        kiln.Tensor([1.0], dtype="flaot32")
+    with pytest.raises(ShapeError, match="cannot make an array"):
+        kiln.Tensor([[1.0], [1.0, 2.0]])
     (a * a).backward(np.array([1.0, 0.5], "float32"))  # an explicit out_grad of the right shape
     np.testing.assert_allclose(a.grad.numpy(), [2.0, 2.0])
 
@@ -131,6 +135,11 @@ def test_labels_outside_the_classes_are_refused():
     with pytest.raises(DTypeError, match="integer"):
         nn.SoftmaxLoss()(logits, np.array([0.0, 1.0]))
     assert np.isfinite(nn.SoftmaxLoss()(logits, [1, 0]).item())
+    for one_hot in (lambda labels: nn.init.one_hot(3, labels), lambda labels: F.one_hot(labels, 3)):
+        np.testing.assert_array_equal(one_hot(np.array([2, 0])).numpy(), np.eye(3)[[2, 0]])
+        for labels in ([0, 3], [-1]):
+            with pytest.raises(DataError, match=r"\[0, 3\)"):
+                one_hot(labels)
 
 
 def test_init_like_helpers_and_needle_signatures():
