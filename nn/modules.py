@@ -19,28 +19,29 @@ class Parameter(Tensor):
         super().__init__(data, dtype=dtype, requires_grad=requires_grad)
 
 
-def _walk(value):
-    if isinstance(value, Parameter):
+def _walk(value, path: tuple = ()):
+    """Every Module (``value`` itself included) and every Tensor reachable from
+    ``value`` through Module attributes, lists, tuples and dicts, in definition
+    order: the one walk that ``parameters`` and ``train``/``eval`` share, so
+    they always see the same tree. A module met again inside itself (a cycle)
+    is not entered twice."""
+    if isinstance(value, Tensor):
         yield value
-    elif isinstance(value, Module):
+    elif isinstance(value, Module) and id(value) not in path:
+        yield value
         for v in vars(value).values():
-            yield from _walk(v)
+            yield from _walk(v, path + (id(value),))
     elif isinstance(value, (list, tuple)):
         for v in value:
-            yield from _walk(v)
+            yield from _walk(v, path)
     elif isinstance(value, dict):
         for v in value.values():
-            yield from _walk(v)
+            yield from _walk(v, path)
 
 
 def _modules(value):
-    if isinstance(value, Module):
-        yield value
-        for v in vars(value).values():
-            yield from _modules(v)
-    elif isinstance(value, (list, tuple)):
-        for v in value:
-            yield from _modules(v)
+    """Every Module reachable from ``value``, ``value`` first."""
+    return (m for m in _walk(value) if isinstance(m, Module))
 
 
 class Module:
@@ -49,7 +50,7 @@ class Module:
     def parameters(self) -> list[Parameter]:
         seen, out = set(), []
         for p in _walk(self):
-            if id(p) not in seen:
+            if isinstance(p, Parameter) and id(p) not in seen:
                 seen.add(id(p))
                 out.append(p)
         return out
