@@ -139,20 +139,18 @@ def best(records: Iterable[dict]) -> dict | None:
     return min(ok, key=lambda r: r["result"]["median_s"]) if ok else None
 
 
-def check_writable(path) -> None:
-    """Raise ``CacheError`` now, not after the first measured batch, if
-    records cannot be appended to ``path``."""
+def prepare(path) -> None:
+    """Create ``path`` (and its folders) if missing and check that it can be
+    appended to: a bad records path fails before tuning, not after the first
+    measured batch. Raises ``CacheError``."""
     path = Path(path)
     if path.is_dir():
         raise CacheError(f"records file {path} is a directory, expected a file path", arg="records")
-    if path.exists():
-        blocker, ok = path, os.access(path, os.W_OK)
-    else:  # append creates the missing folders under the nearest existing one
-        blocker = next(p for p in path.absolute().parents if p.exists())
-        ok = blocker.is_dir() and os.access(blocker, os.W_OK | os.X_OK)
-    if not ok:
-        raise CacheError(f"cannot write records file {path}: {blocker} is not a writable "
-                         f"{'file' if blocker == path else 'folder'}", arg="records")
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        os.close(os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o600))
+    except OSError as exc:
+        raise CacheError(f"cannot write records file {path}: {exc.strerror or exc}", arg="records") from exc
 
 
 def apply(path) -> None:
@@ -168,9 +166,14 @@ def apply(path) -> None:
             has_lines = bool(f.read(1 << 16).strip())
     except OSError as exc:
         raise CacheError(f"cannot read records file {path}: {exc}", arg="records") from exc
-    if has_lines and not load(path):
+    with warnings.catch_warnings(record=True) as skipped:
+        warnings.simplefilter("always")
+        valid = load(path)
+    if has_lines and not valid:
         raise CacheError(f"{path} holds no valid tuning record: not a records file written by kiln tune",
                          arg="records")
+    for w in skipped:  # some lines were torn: say so, once the file is known to be a records file
+        warnings.warn(w.message, w.category, stacklevel=2)
     with _lock:
         if path not in _applied:
             _applied.append(path)

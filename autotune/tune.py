@@ -110,7 +110,7 @@ def tune(task: Task, trials: int = 64, tuner: str = "xgb", records: str | os.Pat
         raise AttrError(f"got early_stopping={early_stopping}, expected a positive number of trials or None",
                         op="tune", arg="early_stopping")
     path = Path(records) if records else rec.default_path()
-    rec.check_writable(path)
+    rec.prepare(path)
     if runner is not None and hasattr(runner, "check"):
         runner.check()
     space = Space(task)

@@ -64,8 +64,8 @@ def read_input(path: str, key: str | None = None) -> np.ndarray:
 
 
 def run(args) -> int:
-    predictor = Predictor(args.model)
-    scores = predictor(read_input(args.input, args.key))
+    x = read_input(args.input, args.key)  # cheap, so a bad input is said before the model is loaded
+    scores = Predictor(args.model)(x)
     classes = scores.argmax(axis=1).tolist() if scores.ndim == 2 else None
     if args.json:
         print(json.dumps({"classes": classes, "scores": scores.tolist()}))

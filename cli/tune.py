@@ -13,6 +13,7 @@ RPC tracker and its devices for ``--rpc``.
 from __future__ import annotations
 
 import json
+import os
 import sys
 
 from ..errors import AttrError
@@ -163,6 +164,8 @@ def _plot(args, result) -> int:
     from ..autotune.plot import plot
 
     path = args.records or rec.default_path()
+    if result is None and not os.path.isfile(path):
+        raise AttrError(f"no records file at {path} to plot", op="tune", arg="--records")
     recs = rec.load(path, result.task.key if result else None)
     out = plot(recs, args.plot)
     print(f"tuning curves of {len(recs)} records written to {out}")

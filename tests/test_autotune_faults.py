@@ -162,14 +162,14 @@ def rpc_cluster():
         while client.summary()["queue_info"].get("kiln-test", {}).get("free", 0) < 2:
             assert time.monotonic() < deadline, "the RPC servers did not register"
             time.sleep(0.2)
-        yield port, servers
+        yield port, servers, tracker
     finally:
         for p in servers + [tracker]:
             _kill(p)
 
 
 def test_rpc_tuning_through_a_tracker_survives_a_server_dying(tmp_path, rpc_cluster):
-    port, servers = rpc_cluster
+    port, servers, _ = rpc_cluster
     task = Task.create("matmul", [(40, 48), (48, 56)])
     runner = RPCRunner("127.0.0.1", port, "kiln-test", n_parallel=2, repeat=3, min_repeat_ms=300, timeout=60)
     victim = psutil.Process(servers[0].pid)
@@ -202,3 +202,26 @@ def test_rpc_tuning_through_a_tracker_survives_a_server_dying(tmp_path, rpc_clus
     ok = [r for r in recs if records.is_ok(r)]
     assert all(r["device"] == "rpc:kiln-test" for r in ok)
     assert any(r["trial"] > max(e["trial"] for e in errors) for r in ok), "the run should go on on the other server"
+
+
+def test_rpc_key_without_devices_is_refused_and_a_lost_tracker_is_recorded_as_rpc(tmp_path, rpc_cluster):
+    from kiln.errors import KilnError
+
+    port, _, tracker = rpc_cluster
+    with pytest.raises(KilnError, match="no device registered under key 'board'.*'kiln-test'"):
+        RPCRunner("127.0.0.1", port, "board").check()
+    task = Task.create("relu", [(256,)])
+    runner = RPCRunner("127.0.0.1", port, "kiln-test", repeat=2, min_repeat_ms=1, timeout=60)
+
+    def lose_the_tracker(progress):
+        if progress.done == 2:
+            _kill(tracker)
+
+    start = time.monotonic()
+    result = tune(task, trials=6, tuner="random", records=tmp_path / "r.jsonl", runner=runner, batch_size=2,
+                  callback=lose_the_tracker)
+    runner.close()
+    kinds = [r["error"]["kind"] if r["error"] else "ok" for r in result.records]
+    assert kinds == ["ok", "ok", "rpc", "rpc", "rpc", "rpc"], [r["error"] for r in result.records]
+    assert "no TVM RPC tracker answers" in result.records[-1]["error"]["message"]
+    assert time.monotonic() - start < 60, "an unreachable device should not cost a timeout per trial"

@@ -1,0 +1,210 @@
+"""Every mistake a user can make with ``kiln tune``, ``show`` and ``predict``
+ends in one line ``kiln: error: ...`` and exit status 2, before any work is
+done: argparse's own errors included."""
+import json
+import os
+import socket
+import subprocess
+import sys
+import time
+
+import numpy as np
+import pytest
+
+import kiln
+from kiln import nn
+from kiln.autotune import Space, Task, records
+from kiln.cli import build_parser, main
+
+
+def _error(capsys, argv, needle):
+    """main(argv) exits 2 with one ``kiln: error:`` line naming ``needle``."""
+    try:
+        status = main(argv)
+    except SystemExit as exc:  # argparse's usage errors exit from parse_args
+        status = exc.code
+    err = capsys.readouterr().err
+    assert status == 2, err
+    assert err.startswith("kiln: error:") and needle in err, err
+    assert "Traceback" not in err and err.count("\n") == 1, err
+    return err
+
+
+@pytest.mark.parametrize("flag,value", [("--trials", "0"), ("--trials", "-3"), ("--batch", "0"),
+                                        ("--timeout", "0"), ("--timeout", "-1"), ("--timeout", "nan"),
+                                        ("--timeout", "inf"), ("--parallel", "0"), ("--early-stopping", "0"),
+                                        ("--early-stopping", "-2"), ("--seed", "-1"), ("--seed", "x"),
+                                        ("--tuner", "annealing")])
+def test_tune_refuses_nonsense_flag_values(capsys, flag, value):
+    _error(capsys, ["tune", "relu", "--shape", "64", flag, value], f"argument {flag}:")
+
+
+def test_argparse_errors_read_like_kiln_errors(capsys):
+    _error(capsys, ["tune", "relu", "--shape", "64", "--bogus"], "unrecognized arguments: --bogus")
+    _error(capsys, ["nope"], "invalid choice: 'nope'")
+    _error(capsys, ["predict", "m.so"], "--input")
+
+
+@pytest.mark.parametrize("argv,needle", [
+    (["tune", "matmul", "--trials", "2"], "--shape"),
+    (["tune"], "--plot PNG"),
+    (["tune", "relu", "--shape", "64", "--key", "board"], "without --rpc"),
+    (["tune", "relu", "--shape", "64", "--rpc", "localhost", "--key", "board"], "HOST:PORT"),
+    (["tune", "relu", "--shape", "64", "--rpc", "127.0.0.1:70000", "--key", "board"], "HOST:PORT"),
+    (["tune", "matmul", "--shape", "0x4x4"], "no elements"),
+    (["tune", "relu", "--shape", "64", "--plot", "curves.txt"], ".png"),
+    (["show", "relu", "--shape", "99999999999999999999"], "int64"),
+    (["show", "relu", "--shape", "4000000000x4000000000x4000000000"], "int64"),
+    (["show", "relu", "--shape", "-4"], "non-negative"),
+])
+def test_tune_and_show_mistakes(capsys, argv, needle):
+    _error(capsys, argv, needle)
+
+
+def test_tune_checks_output_paths_before_measuring(capsys, tmp_path):
+    _error(capsys, ["tune", "relu", "--shape", "64", "--records", str(tmp_path)], "is a directory")
+    blocker = tmp_path / "file"
+    blocker.write_text("")
+    _error(capsys, ["tune", "relu", "--shape", "64", "--records", str(blocker / "r.jsonl")], "cannot write")
+    _error(capsys, ["tune", "relu", "--shape", "64", "--plot", str(tmp_path / "missing" / "c.png")],
+           "not a writable folder")
+    _error(capsys, ["tune", "--plot", str(tmp_path / "c.png"), "--records", str(tmp_path / "none.jsonl")],
+           "no records file")
+
+
+def test_plot_hint_matches_the_readme(monkeypatch, capsys, tmp_path):
+    monkeypatch.setitem(sys.modules, "matplotlib", None)  # as if the plot extra were not installed
+    err = _error(capsys, ["tune", "relu", "--shape", "64", "--plot", str(tmp_path / "c.png")], "matplotlib")
+    assert "pip install -e '.[plot]'" in err
+    readme = open(os.path.join(os.path.dirname(kiln.__file__), "README.md")).read()
+    assert "pip install -e '.[plot]'" in readme
+
+
+def test_show_zero_size_dims_never_pass_tvm_text_through(capsys):
+    try:
+        status = main(["show", "matmul", "--shape", "0x4x4"])
+    except SystemExit as exc:
+        status = exc.code
+    err = capsys.readouterr().err
+    assert status in (0, 2) and "Check failed" not in err and "Traceback" not in err, err
+    assert status == 0 or err.startswith("kiln: error:")
+
+
+def test_show_uses_a_records_file(capsys, tmp_path, monkeypatch):
+    monkeypatch.setattr(records, "_applied", [])
+    task = Task.create("matmul", [(24, 40), (40, 24)])  # the shape and config test_autotune compiles
+    config = dict(Space(task).default, tile_m=2, unroll_k=1, tile_k=8)
+    path = tmp_path / "board.jsonl"
+    records.append(path, [records.make_record(task.json, config, result={"median_s": 1e-6, "costs": [1e-6]})])
+    assert main(["show", "matmul", "--shape", "24x40x24", "--records", str(path), "--json"]) == 0
+    info = json.loads(capsys.readouterr().out)
+    assert info["tuned"] and info["config"]["tile_m"] == 2
+    _error(capsys, ["show", "matmul", "--shape", "24x40x24", "--records", str(tmp_path / "none.jsonl")],
+           "does not exist")
+    foreign = tmp_path / "notes.txt"
+    foreign.write_text("not\na records file\n")
+    _error(capsys, ["show", "matmul", "--shape", "24x40x24", "--records", str(foreign)], "no valid tuning record")
+
+
+def test_tune_summary_of_a_memory_bound_op_and_a_custom_records_file(capsys, tmp_path):
+    path = tmp_path / "r.jsonl"
+    argv = ["tune", "relu", "--shape", "4096", "--trials", "2", "--tuner", "grid", "--records", str(path)]
+    assert main(argv) == 0
+    out = capsys.readouterr().out
+    assert "GB/s" in out and "0.0 GFLOPS" not in out
+    assert f"--records {path}" in out and "apply_records" in out  # how to use the file, not a false promise
+    assert main(argv + ["--resume", "--json"]) == 0
+    summary = json.loads(capsys.readouterr().out)
+    assert summary["unit"] == "GB/s" and summary["best_rate"] > 0 and summary["measured_now"] == 0
+
+
+# -- RPC ------------------------------------------------------------------------
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def test_tune_rpc_without_a_tracker_fails_in_seconds(capsys):
+    start = time.monotonic()
+    _error(capsys, ["tune", "relu", "--shape", "64", "--rpc", f"127.0.0.1:{_free_port()}", "--key", "board"],
+           "no TVM RPC tracker answers")
+    assert time.monotonic() - start < 15
+
+
+def test_tune_rpc_to_a_silent_peer_times_out_quickly():
+    from kiln.autotune import RPCRunner
+    from kiln.errors import KilnError
+
+    with socket.socket() as server:  # accepts connections, never answers
+        server.bind(("127.0.0.1", 0))
+        server.listen()
+        runner = RPCRunner("127.0.0.1", server.getsockname()[1], "board", connect_timeout=1.0)
+        start = time.monotonic()
+        with pytest.raises(KilnError, match="no TVM RPC tracker answers"):
+            runner.check()
+        assert time.monotonic() - start < 5
+        # a batch meant for an unreachable device is recorded as rpc at once, without a timeout per trial
+        replies = runner.run(["a.so", "b.so"], "data.npz")
+        runner.close()
+    assert [r["kind"] for r in replies] == ["rpc", "rpc"] and time.monotonic() - start < 10
+
+
+# -- predict --------------------------------------------------------------------
+@pytest.fixture(scope="module")
+def model(tmp_path_factory):
+    nn.init.manual_seed(0)
+    return kiln.export(nn.Sequential(nn.Linear(8, 3)), np.zeros((1, 8), "float32"),
+                       tmp_path_factory.mktemp("model") / "model.so")
+
+
+def test_predict_reads_npy_and_single_array_npz(capsys, tmp_path, model):
+    x = np.random.default_rng(0).standard_normal((4, 8)).astype("float32")
+    np.save(tmp_path / "x.npy", x)
+    np.savez(tmp_path / "one.npz", batch=x)
+    np.savez(tmp_path / "two.npz", batch=x, labels=np.arange(4))
+    assert main(["predict", str(model), "--input", str(tmp_path / "x.npy"), "--json"]) == 0
+    want = json.loads(capsys.readouterr().out)
+    assert len(want["classes"]) == 4
+    assert main(["predict", str(model), "--input", str(tmp_path / "one.npz"), "--json"]) == 0
+    assert json.loads(capsys.readouterr().out) == want
+    assert main(["predict", str(model), "--input", str(tmp_path / "two.npz"), "--key", "batch", "--json"]) == 0
+    assert json.loads(capsys.readouterr().out) == want
+    _error(capsys, ["predict", str(model), "--input", str(tmp_path / "two.npz")], "--key NAME")
+    err = _error(capsys, ["predict", str(model), "--input", str(tmp_path / "two.npz"), "--key", "x"], "no array 'x'")
+    assert "batch, labels" in err
+
+
+def test_predict_refuses_bad_inputs_and_models(capsys, tmp_path, model):
+    inputs = {"empty.npy": b"", "text.npy": b"hello, not numbers", "cut.npz": b"PK\x03\x04truncated"}
+    for name, data in inputs.items():
+        (tmp_path / name).write_bytes(data)
+    np.save(tmp_path / "objects.npy", np.array([1, "a"], dtype=object), allow_pickle=True)
+    full = tmp_path / "full.npy"
+    np.save(full, np.zeros((64, 8), "float32"))
+    (tmp_path / "short.npy").write_bytes(full.read_bytes()[:200])
+    np.save(tmp_path / "f64.npy", np.zeros((2, 8)))
+    np.save(tmp_path / "wide.npy", np.zeros((2, 9), "float32"))
+    cases = [("empty.npy", "empty"), ("text.npy", "not a .npy or .npz"), ("cut.npz", "numeric array"),
+             ("objects.npy", "numeric array"), ("short.npy", "numeric array"), ("missing.npy", "cannot read"),
+             ("f64.npy", "astype('float32')"), ("wide.npy", "expected (N, 8)")]
+    for name, needle in cases:
+        _error(capsys, ["predict", str(model), "--input", str(tmp_path / name)], needle)
+    _error(capsys, ["predict", str(model), "--input", str(full), "--key", "x"], "a .npy file")
+    _error(capsys, ["predict", str(tmp_path / "none.so"), "--input", str(full)], "no file")
+    _error(capsys, ["predict", str(tmp_path / "text.npy"), "--input", str(full)], "not a loadable module")
+
+
+def test_output_cut_by_a_closed_pipe_exits_quietly():
+    proc = subprocess.Popen([sys.executable, "-m", "kiln.cli", "ops"], stdout=subprocess.PIPE,
+                            stderr=subprocess.PIPE)
+    proc.stdout.close()  # the reader is gone before kiln writes, as with `kiln ops | head -0`
+    err = proc.stderr.read().decode()
+    assert proc.wait(timeout=120) == 141 and err == "", err
+
+
+def test_every_option_of_tune_show_predict_ops_has_help():
+    sub = next(a for a in build_parser()._actions if a.dest == "command")
+    for name in ("tune", "show", "predict", "ops"):
+        missing = [a.option_strings or a.dest for a in sub.choices[name]._actions if not a.help]
+        assert not missing, f"kiln {name}: {missing}"
