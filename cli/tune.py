@@ -16,7 +16,7 @@ import json
 import os
 import sys
 
-from ..errors import AttrError
+from ..errors import AttrError, TargetError
 from ..autotune import records as rec
 from .args import add_op_arguments, input_dtypes, input_shapes, parse_attrs, positive_int, seconds, seed_int
 
@@ -63,7 +63,7 @@ def run(args) -> int:
     shapes = input_shapes(args.op, args.shape)
     task = Task.create(args.op, shapes, input_dtypes(args.dtype, len(shapes)), parse_attrs(args.op, args.attr),
                        args.target)
-    runner = _runner(args)
+    runner = _runner(args, task)
     bar = None if args.json else ProgressBar(sys.stderr, task.unit)
     try:
         result = tune(task, trials=args.trials, tuner=args.tuner, records=args.records, resume=args.resume,
@@ -83,13 +83,19 @@ def run(args) -> int:
     return 0
 
 
-def _runner(args):
+def _runner(args, task):
+    import tvm
+
     from ..autotune import LocalRunner, RPCRunner
 
     if not args.rpc:
         if args.key or args.parallel:
             raise AttrError("got --key/--parallel without --rpc, expected them with --rpc HOST:PORT",
                             op="tune", arg="--key" if args.key else "--parallel")
+        if task.target.kind == "cuda" and not tvm.cuda(0).exist:  # every trial would be built, then refused
+            raise TargetError("no CUDA device is present on this machine to measure on: tune where there is one, "
+                              "or on one behind a TVM RPC tracker (--rpc HOST:PORT --key KEY)", op="tune",
+                              arg="--target")
         return LocalRunner(timeout=args.timeout)
     host, _, port = args.rpc.rpartition(":")
     if not host or not port.isdigit() or not 0 < int(port) < 65536 or not args.key:
@@ -168,5 +174,6 @@ def _plot(args, result) -> int:
         raise AttrError(f"no records file at {path} to plot", op="tune", arg="--records")
     recs = rec.load(path, result.task.key if result else None)
     out = plot(recs, args.plot)
-    print(f"tuning curves of {len(recs)} records written to {out}")
+    # after a --json summary, stdout must stay one JSON object
+    print(f"tuning curves of {len(recs)} records written to {out}", file=sys.stderr if args.json else sys.stdout)
     return 0

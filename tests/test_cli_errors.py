@@ -10,6 +10,7 @@ import time
 
 import numpy as np
 import pytest
+import tvm
 
 import kiln
 from kiln import nn
@@ -59,6 +60,11 @@ def test_argparse_errors_read_like_kiln_errors(capsys):
 ])
 def test_tune_and_show_mistakes(capsys, argv, needle):
     _error(capsys, argv, needle)
+
+
+@pytest.mark.skipif(tvm.cuda(0).exist, reason="a CUDA device is present: tuning for it can measure")
+def test_tune_for_cuda_without_a_gpu_is_refused_before_building(capsys):
+    _error(capsys, ["tune", "relu", "--shape", "64", "--target", "cuda"], "no CUDA device")
 
 
 def test_tune_checks_output_paths_before_measuring(capsys, tmp_path):
@@ -116,6 +122,9 @@ def test_tune_summary_of_a_memory_bound_op_and_a_custom_records_file(capsys, tmp
     assert main(argv + ["--resume", "--json"]) == 0
     summary = json.loads(capsys.readouterr().out)
     assert summary["unit"] == "GB/s" and summary["best_rate"] > 0 and summary["measured_now"] == 0
+    png = tmp_path / "curves.png"
+    assert main(["tune", "--plot", str(png), "--records", str(path)]) == 0  # plotting alone is a mode of its own
+    assert "2 records" in capsys.readouterr().out and png.stat().st_size > 1000
 
 
 # -- RPC ------------------------------------------------------------------------
