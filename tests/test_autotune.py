@@ -168,3 +168,23 @@ def test_concurrent_appends_never_interleave(tmp_path):
         recs = records.load(path)
     assert len(recs) == 2 * 150 * 3
     assert {r["task"]["writer"] for r in recs} == {"0", "1"}
+
+
+def test_memory_bound_ops_are_tuned_by_time_and_reported_in_gbps(tmp_path, workers):
+    """relu counts no FLOPs: scored by GFLOPS every config was 0, the cost model
+    learned nothing and early stopping quit after its first window."""
+    from kiln.autotune.tuners import XGBTuner
+
+    task = Task.create("relu", [(4096,)])
+    seen = []
+    result = tune(task, trials=8, tuner="xgb", records=tmp_path / "r.jsonl", batch_size=2, early_stopping=4,
+                  builder=workers[0], runner=workers[1], min_train=2, callback=lambda p: seen.append(p.best_rate))
+    assert task.unit == "GB/s" and result.measured >= 6  # the first batch set a best: at least 4 more trials
+    ok = [r for r in result.records if records.is_ok(r)]
+    assert ok and all(r["result"]["gbps"] > 0 and r["result"]["gflops"] == 0 for r in ok)
+    assert all(records.score(r) == pytest.approx(1 / r["result"]["median_s"]) for r in ok)
+    assert seen[0] > 0 and seen[-1] == pytest.approx(task.rate(result.best["result"]["median_s"]))
+    search = XGBTuner(Space(task), min_train=2)
+    search.update([r["config"] for r in ok], [records.score(r) for r in ok])
+    search.next_batch(2)
+    assert search.model.booster is not None  # trained on time-based scores, not on zeros
