@@ -70,6 +70,16 @@ class DataError(KilnError):
     """A dataset file that is missing, truncated or not in the expected format."""
 
 
+class CheckpointError(KilnError):
+    """A checkpoint (``.npz`` + ``.npz.json``) that is missing, corrupt, not
+    kiln's format, or does not fit the model it is loaded into."""
+
+
+class OutputError(KilnError):
+    """An output path that cannot be written (a directory, a read-only or
+    missing folder), found before the work that would produce it."""
+
+
 class GradError(KilnError, RuntimeError):
     """An autograd request that cannot be met, such as ``backward()`` on a
     tensor that no recorded op connects to a leaf requiring a gradient."""

@@ -1,31 +1,101 @@
-"""``kiln train``: train a model on compiled kernels, print needle's epoch table,
-and export the trained model as one compiled module."""
+"""``kiln train``: train a model on compiled kernels, print needle's epoch table
+as each epoch ends, and export the trained model as one compiled module.
+
+Nothing is lost to a mistake or a Ctrl-C: the arguments, every output path
+(``--save``, ``--export``, ``--plot``, matplotlib for the plot) and the labels
+are checked before the first epoch; a first Ctrl-C stops training at the next
+step boundary and, with ``--save``, writes the checkpoint there (exit 130); a
+second Ctrl-C stops at once (the checkpoint is then written as it stands).
+"""
 from __future__ import annotations
 
+import argparse
+import contextlib
 import json
+import math
+import signal
 import sys
+import threading
 import time
+from typing import Callable, Iterator
 
 import numpy as np
 
+from ..errors import DataError, OutputError
+from ..outputs import atomic_path, check_output_path
 from ..runtime import cache
+from .args import positive_int, seed_int
+
+CLASSES = 10
+PLOT_HINT = "pip install -e '.[plot]'"
+
+
+def _learning_rate(text: str) -> float:
+    try:
+        value = float(text)
+    except ValueError:
+        value = math.nan
+    if not (math.isfinite(value) and value > 0):
+        raise argparse.ArgumentTypeError(f"got {text!r}, expected a positive finite number")
+    return value
 
 
 def register(subparsers) -> None:
     parser = subparsers.add_parser("train", help="train a model on digits or MNIST and export it")
-    parser.add_argument("--dataset", choices=("digits", "mnist"), default="digits")
-    parser.add_argument("--data-dir", help="folder with the MNIST IDX files (for --dataset mnist)")
-    parser.add_argument("--model", choices=("mlp", "mlp-residual", "cnn"), default="mlp")
-    parser.add_argument("--epochs", type=int, default=20)
-    parser.add_argument("--batch-size", type=int, default=64)
-    parser.add_argument("--optimizer", choices=("sgd", "adam"), default="adam")
-    parser.add_argument("--lr", type=float, default=None, help="learning rate (default: sgd 0.1, adam 0.01)")
-    parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--dataset", choices=("digits", "mnist"), default="digits",
+                        help="digits: the 8x8 digits that scikit-learn ships; mnist: IDX files in --data-dir "
+                             "(default digits)")
+    parser.add_argument("--data-dir", metavar="DIR", help="folder with the MNIST IDX files (for --dataset mnist)")
+    parser.add_argument("--model", choices=("mlp", "mlp-residual", "cnn"), default="mlp",
+                        help="mlp: one hidden layer of 128; mlp-residual: plus a residual block; cnn: two conv + "
+                             "BatchNorm layers and global average pooling (default mlp)")
+    parser.add_argument("--epochs", type=positive_int, default=20, metavar="N",
+                        help="passes over the training set (default 20)")
+    parser.add_argument("--batch-size", type=positive_int, default=64, metavar="B",
+                        help="training batch size (default 64)")
+    parser.add_argument("--optimizer", choices=("sgd", "adam"), default="adam",
+                        help="adam, or sgd with momentum 0.9 (needle's dampened form) (default adam)")
+    parser.add_argument("--lr", type=_learning_rate, default=None, help="learning rate (default: sgd 0.1, adam 0.01)")
+    parser.add_argument("--seed", type=seed_int, default=0, metavar="S",
+                        help="seeds the initial weights and the shuffling (default 0)")
     parser.add_argument("--export", metavar="MODEL.so", help="write the trained model as one compiled module")
-    parser.add_argument("--save", metavar="CKPT.npz", help="write a checkpoint (weights .npz + spec .json)")
-    parser.add_argument("--plot", metavar="LOSS.png", help="write the loss curves (needs matplotlib)")
-    parser.add_argument("--json", action="store_true", help="print one JSON object instead of the table")
+    parser.add_argument("--save", metavar="CKPT.npz",
+                        help="write a checkpoint (weights .npz + .npz.json spec) after training, or at Ctrl-C")
+    parser.add_argument("--plot", metavar="LOSS.png", help="write the loss curves (needs matplotlib: "
+                                                           f"{PLOT_HINT}); the suffix picks the image type")
+    parser.add_argument("--json", action="store_true",
+                        help="print one JSON object on stdout at the end (the epoch table goes to stderr)")
     parser.set_defaults(func=run)
+
+
+def check_outputs(args) -> None:
+    """Raise ``OutputError`` now, before any training, if an output cannot be written."""
+    paths = {}
+    for arg, path in (("--save", args.save), ("--export", args.export), ("--plot", args.plot)):
+        if path is not None:
+            paths[arg] = check_output_path(path, arg).resolve()
+            if arg == "--save":
+                paths["--save (its .npz.json)"] = check_output_path(f"{path}.json", arg).resolve()
+    seen = {}
+    for arg, path in paths.items():
+        if path in seen:
+            raise OutputError(f"{path} is also the file of {seen[path]}: give each output its own path", arg=arg)
+        seen[path] = arg
+    if args.plot is not None:
+        _check_plot_type(args.plot)
+
+
+def _check_plot_type(path: str) -> None:
+    try:
+        from matplotlib.backend_bases import FigureCanvasBase
+    except ImportError:
+        raise OutputError(f"writing a plot needs matplotlib, which is not installed: {PLOT_HINT}",
+                          arg="--plot") from None
+    kinds = FigureCanvasBase.get_supported_filetypes()
+    suffix = path.rsplit(".", 1)[-1].lower() if "." in path.rsplit("/", 1)[-1] else ""
+    if suffix not in kinds:
+        raise OutputError(f"got {path!r}, expected a file name ending in one of "
+                          f"{', '.join('.' + k for k in sorted(kinds))}", arg="--plot")
 
 
 def _datasets(args):
@@ -40,39 +110,53 @@ def _datasets(args):
 def run(args) -> int:
     from .. import nn
     from ..nn import data, train
-    from ..runtime.export import export
-    from ..runtime.predictor import Predictor
+    from ..nn.checkpoint import save_checkpoint
+    from ..nn.data import check_labels
 
+    check_outputs(args)
     compiled_before, disk_before = cache.stats.compiled, cache.stats.disk_hits
     nn.init.manual_seed(args.seed)
     train_set, test_set = _datasets(args)
+    for name, dataset in (("training", train_set), ("test", test_set)):
+        if len(dataset) == 0:
+            raise DataError(f"the {name} set of {args.dataset} is empty", op="train", arg="--dataset")
+        labels = train.dataset_labels(dataset)
+        if labels is not None:
+            check_labels(labels, CLASSES, f"train ({args.dataset} {name} set)")
     x0 = np.asarray(train_set[0][0])
-    model = train.build_model(args.model, x0.shape, classes=10)
+    spec = {"model": args.model, "in_shape": list(x0.shape), "classes": CLASSES, "dataset": args.dataset}
+    model = train.build_model(args.model, x0.shape, classes=CLASSES)
     lr = args.lr if args.lr is not None else (0.1 if args.optimizer == "sgd" else 0.01)
     opt = (nn.optim.SGD(model.parameters(), lr=lr, momentum=0.9) if args.optimizer == "sgd"
            else nn.optim.Adam(model.parameters(), lr=lr))
     train_loader = data.DataLoader(train_set, batch_size=args.batch_size, shuffle=True, seed=args.seed)
     test_loader = data.DataLoader(test_set, batch_size=256)
-    progress = None if args.json else _progress
-    if not args.json:
-        print(f"kiln train: {args.model} on {args.dataset} ({len(train_set)} train / {len(test_set)} test), "
-              f"{args.optimizer} lr={lr}, batch {args.batch_size}, {args.epochs} epochs", file=sys.stderr)
-    history = train.fit(model, train_loader, test_loader, opt, args.epochs, progress_factory=progress)
+    table = sys.stderr if args.json else sys.stdout  # stdout carries only the JSON document with --json
+    print(f"kiln train: {args.model} on {args.dataset} ({len(train_set)} train / {len(test_set)} test), "
+          f"{args.optimizer} lr={lr}, batch {args.batch_size}, {args.epochs} epochs", file=sys.stderr, flush=True)
+    print(train.EpochStats.HEADER, file=table, flush=True)
+    done = []
+
+    def on_epoch(stats):
+        done.append(stats)
+        print(stats.row(), file=table, flush=True)
+
+    try:
+        with _stop_requests() as stop, CompileProgress():
+            history = train.fit(model, train_loader, test_loader, opt, args.epochs, progress_factory=_progress,
+                                on_epoch=on_epoch, classes=CLASSES, on_batch=stop)
+    except KeyboardInterrupt:
+        where = (f"checkpoint written to {save_checkpoint(model, args.save, spec)}" if args.save
+                 else "nothing saved (--save CKPT.npz keeps a checkpoint on Ctrl-C)")
+        print(f"kiln train: interrupted after {len(done)} of {args.epochs} epochs; {where}", file=sys.stderr,
+              flush=True)
+        return 130
     result = {"model": args.model, "dataset": args.dataset, "epochs": [vars(e) for e in history.epochs],
               "test_error": history.epochs[-1].test_error if history.epochs else None}
     if args.save:
-        spec = {"model": args.model, "in_shape": list(x0.shape), "classes": 10, "dataset": args.dataset}
-        result["checkpoint"] = str(train.save_checkpoint(model, spec, args.save))
+        result["checkpoint"] = str(save_checkpoint(model, args.save, spec))
     if args.export:
-        start = time.perf_counter()
-        path = export(model, np.stack([test_set[i][0] for i in range(2)]), args.export)
-        check = np.stack([test_set[i][0] for i in range(8)])
-        predicted = Predictor(path)(check).argmax(axis=1)
-        with nn.no_grad():
-            expected = model(nn.Tensor(check)).numpy().argmax(axis=1)
-        result["export"] = {"path": str(path), "seconds": time.perf_counter() - start,
-                            "predictions": predicted.tolist(), "labels": [int(test_set[i][1]) for i in range(8)],
-                            "matches_model": bool(np.array_equal(predicted, expected))}
+        result["export"] = _export(model, test_set, args.export)
     if args.plot:
         result["plot"] = _plot(history, args.plot)
     result["kernels"] = {"compiled": cache.stats.compiled - compiled_before,
@@ -80,7 +164,8 @@ def run(args) -> int:
     if args.json:
         print(json.dumps(result))
         return 0
-    print(history.table())
+    if args.save:
+        print(f"checkpoint: {result['checkpoint']}")
     if args.export:
         e = result["export"]
         print(f"exported {e['path']} ({e['seconds']:.1f}s); its predictions for 8 test images: {e['predictions']} "
@@ -92,6 +177,115 @@ def run(args) -> int:
     return 0
 
 
+def _export(model, test_set, path: str) -> dict:
+    """Export, then check the module's predictions for 8 test images against the model's."""
+    from .. import nn
+    from ..runtime.export import export
+    from ..runtime.predictor import Predictor
+
+    print(f"kiln train: exporting to {path}", file=sys.stderr, flush=True)
+    start = time.perf_counter()
+    written = export(model, np.stack([test_set[i][0] for i in range(min(2, len(test_set)))]), path)
+    count = min(8, len(test_set))
+    check = np.stack([test_set[i][0] for i in range(count)])
+    predicted = Predictor(written)(check).argmax(axis=1)
+    with nn.no_grad():
+        expected = model(nn.Tensor(check)).numpy().argmax(axis=1)
+    return {"path": str(written), "seconds": time.perf_counter() - start, "predictions": predicted.tolist(),
+            "labels": [int(test_set[i][1]) for i in range(count)],
+            "matches_model": bool(np.array_equal(predicted, expected))}
+
+
+@contextlib.contextmanager
+def _stop_requests() -> Iterator[Callable[[], None]]:
+    """A callback for between steps that raises ``KeyboardInterrupt`` once Ctrl-C
+    was pressed, so a first Ctrl-C stops training at a step boundary (every
+    parameter updated by the same steps); a second one interrupts at once."""
+    requested = threading.Event()
+
+    def between_steps() -> None:
+        if requested.is_set():
+            raise KeyboardInterrupt
+
+    if threading.current_thread() is not threading.main_thread():  # signals reach the main thread only
+        yield between_steps
+        return
+
+    def on_sigint(signum, frame):
+        if requested.is_set():
+            raise KeyboardInterrupt
+        requested.set()
+        start = "\n" if sys.stderr.isatty() else ""  # off the line the terminal's ^C is on
+        print(f"{start}kiln train: stopping after this step (Ctrl-C again to stop at once)", file=sys.stderr,
+              flush=True)
+
+    previous = signal.signal(signal.SIGINT, on_sigint)
+    try:
+        yield between_steps
+    finally:
+        signal.signal(signal.SIGINT, previous)
+
+
+class CompileProgress:
+    """While kernels are still being compiled ``after`` seconds into a run, say
+    so on stderr — ``compiling kernels: N done (X s)``, at most every
+    ``every`` seconds and once more when compiling has paused for ``quiet``
+    seconds, X the time until the latest one finished — so a first run's
+    compile time is not mistaken for a hang. Silent when compiling ends
+    sooner (a warm kernel cache).
+
+    Parameters
+    ----------
+    count : callable
+        The number of kernels compiled so far (default: the kernel cache's count).
+    """
+
+    def __init__(self, count: Callable[[], int] | None = None, after: float = 3.0, every: float = 5.0,
+                 quiet: float = 1.0, stream=None, poll: float = 0.25):
+        self.count = count or (lambda: cache.stats.compiled)
+        self.after, self.every, self.quiet, self.poll, self.stream = after, every, quiet, poll, stream
+        self.lines: list[str] = []
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._watch, name="kiln compile progress", daemon=True)
+
+    def __enter__(self) -> "CompileProgress":
+        self._base, self._start = self.count(), time.perf_counter()
+        self._seen, self._reported, self._last_change = 0, 0, self._start
+        self._thread.start()
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self._stop.set()
+        self._thread.join()
+        self._observe(time.perf_counter())
+        if self._reported and self._seen != self._reported:
+            self._report()
+
+    def _watch(self) -> None:
+        last_line = 0.0
+        while not self._stop.wait(self.poll):
+            now = time.perf_counter()
+            self._observe(now)
+            late = self._last_change - self._start >= self.after  # still compiling past `after`
+            due = not self._reported or now - last_line >= self.every or now - self._last_change >= self.quiet
+            if late and self._seen != self._reported and due:
+                self._report()
+                last_line = now
+
+    def _observe(self, now: float) -> None:
+        done = self.count() - self._base
+        if done != self._seen:
+            self._seen, self._last_change = done, now
+
+    def _report(self) -> None:
+        from tqdm import tqdm
+
+        self._reported = self._seen
+        line = f"compiling kernels: {self._seen} done ({self._last_change - self._start:.1f} s)"
+        self.lines.append(line)
+        tqdm.write(line, file=self.stream or sys.stderr)  # above a progress bar, if one is drawn
+
+
 def _progress(epoch: int, total: int):
     from tqdm import tqdm
 
@@ -100,13 +294,11 @@ def _progress(epoch: int, total: int):
 
 
 def _plot(history, path: str) -> str:
-    try:
-        import matplotlib
+    import matplotlib
 
-        matplotlib.use("Agg")
-        import matplotlib.pyplot as plt
-    except ImportError:
-        return "skipped: matplotlib is not installed"
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
     epochs = [e.epoch for e in history.epochs]
     fig, ax = plt.subplots(figsize=(6, 4))
     ax.plot(epochs, [e.train_loss for e in history.epochs], label="train loss")
@@ -115,6 +307,7 @@ def _plot(history, path: str) -> str:
     ax.set_ylabel("softmax loss")
     ax.legend()
     fig.tight_layout()
-    fig.savefig(path)
+    with atomic_path(path) as tmp:  # the temporary name has no suffix: say the type
+        fig.savefig(tmp, format=path.rsplit(".", 1)[-1].lower())
     plt.close(fig)
     return path

@@ -18,10 +18,13 @@ def check_labels(labels, classes, op: str) -> np.ndarray:
     if values.dtype.kind not in "iu":
         raise DTypeError(f"got labels of dtype {values.dtype}, expected integer class indices", op=op, arg="labels")
     if values.size and classes is not None:
-        low, high = int(values.min()), int(values.max())
-        if low < 0 or high >= classes:
-            raise DataError(f"got labels in [{low}, {high}], expected class indices in [0, {classes})", op=op,
-                            arg="labels")
+        outside = (values < 0) | (values >= classes)
+        if outside.any():
+            bad = np.unique(values[outside])
+            shown = ", ".join(str(int(v)) for v in bad[:10]) + (f", ... ({len(bad)} values)" if len(bad) > 10 else "")
+            count = int(outside.sum())
+            raise DataError(f"got labels {shown} ({count} sample{'s' if count != 1 else ''}), expected class "
+                            f"indices in [0, {classes}) for {classes} classes", op=op, arg="labels")
     return values
 
 

@@ -2,9 +2,11 @@
 every forward is made of registered ops, so it runs as compiled kernels."""
 from __future__ import annotations
 
+from typing import NamedTuple
+
 import numpy as np
 
-from ..errors import ShapeError
+from ..errors import AttrError, ShapeError
 from ..te import attrs as A
 from ..te import call
 from . import functional as F
@@ -19,41 +21,146 @@ class Parameter(Tensor):
         super().__init__(data, dtype=dtype, requires_grad=requires_grad)
 
 
-def _walk(value, path: tuple = ()):
-    """Every Module (``value`` itself included) and every Tensor reachable from
-    ``value`` through Module attributes, lists, tuples and dicts, in definition
-    order: the one walk that ``parameters`` and ``train``/``eval`` share, so
-    they always see the same tree. A module met again inside itself (a cycle)
-    is not entered twice."""
+def _walk(value, prefix: str = "", path: tuple = ()):
+    """``(dotted name, item)`` for every Module (``value`` itself included) and
+    every Tensor reachable from ``value`` through Module attributes, lists,
+    tuples and dicts, in definition order: the one walk that parameters, state
+    and ``train``/``eval`` share, so they always see the same tree. A module
+    met again inside itself (a cycle) is not entered twice."""
     if isinstance(value, Tensor):
-        yield value
+        yield prefix, value
     elif isinstance(value, Module) and id(value) not in path:
-        yield value
-        for v in vars(value).values():
-            yield from _walk(v, path + (id(value),))
+        yield prefix, value
+        for key, v in vars(value).items():
+            yield from _walk(v, prefix if key in value._unprefixed else _join(prefix, key), path + (id(value),))
     elif isinstance(value, (list, tuple)):
-        for v in value:
-            yield from _walk(v, path)
+        for i, v in enumerate(value):
+            yield from _walk(v, _join(prefix, str(i)), path)
     elif isinstance(value, dict):
-        for v in value.values():
-            yield from _walk(v, path)
+        for k, v in value.items():
+            yield from _walk(v, _join(prefix, str(k)), path)
+
+
+def _named_tensors(value):
+    """``(dotted name, tensor)`` for every Tensor reachable from ``value``."""
+    return ((name, t) for name, t in _walk(value) if isinstance(t, Tensor))
 
 
 def _modules(value):
     """Every Module reachable from ``value``, ``value`` first."""
-    return (m for m in _walk(value) if isinstance(m, Module))
+    return (m for _, m in _walk(value) if isinstance(m, Module))
+
+
+def _join(prefix: str, name: str) -> str:
+    return f"{prefix}.{name}" if prefix else name
+
+
+class LoadResult(NamedTuple):
+    """What ``load_state_dict(..., strict=False)`` left alone."""
+
+    missing_keys: list
+    unexpected_keys: list
 
 
 class Module:
+    """A layer or a model: its Parameters and submodules are its attributes.
+
+    State is named by attribute path, as in PyTorch: ``Linear`` holds
+    ``weight`` and ``bias``; ``Sequential(a, b)`` names its layers ``0``,
+    ``1`` (``"0.weight"``); a list, tuple or dict attribute ``layers`` of
+    modules gives ``"layers.1.bias"``. Parameters are trained and saved; any
+    other Tensor attribute (BatchNorm's ``running_mean``/``running_var``) is a
+    *buffer*: saved and loaded with the state, never trained.
+    """
+
     training = True
+    #: attributes whose items are named without the attribute's own name
+    #: (``Sequential`` stores its layers in ``modules`` but names them "0", "1")
+    _unprefixed: tuple = ()
+
+    def named_parameters(self) -> list[tuple[str, Parameter]]:
+        """``(name, Parameter)`` pairs, each parameter once (under its first name)."""
+        seen, out = set(), []
+        for name, t in _named_tensors(self):
+            if isinstance(t, Parameter) and id(t) not in seen:
+                seen.add(id(t))
+                out.append((name, t))
+        return out
 
     def parameters(self) -> list[Parameter]:
+        return [p for _, p in self.named_parameters()]
+
+    def named_buffers(self) -> list[tuple[str, Tensor]]:
+        """``(name, Tensor)`` of the saved state that is not trained (e.g. running statistics)."""
         seen, out = set(), []
-        for p in _walk(self):
-            if isinstance(p, Parameter) and id(p) not in seen:
-                seen.add(id(p))
-                out.append(p)
+        for name, t in _named_tensors(self):
+            if not isinstance(t, Parameter) and id(t) not in seen:
+                seen.add(id(t))
+                out.append((name, t))
         return out
+
+    def state_dict(self) -> dict[str, np.ndarray]:
+        """Every parameter and buffer by name, as numpy copies (later training
+        does not change them); ``np.savez(path, **model.state_dict())`` saves it."""
+        return {name: t.numpy() for name, t in _named_tensors(self)}
+
+    def load_state_dict(self, state, strict: bool = True) -> LoadResult:
+        """Copy ``state`` (name -> array or Tensor, e.g. from ``state_dict``) into
+        this module's parameters and buffers, each cast to its dtype.
+
+        Nothing is changed unless every entry fits: with ``strict`` (the
+        default) the names must match exactly; shapes must always match.
+
+        Returns
+        -------
+        LoadResult
+            ``(missing_keys, unexpected_keys)``: empty lists when strict.
+
+        Raises
+        ------
+        AttrError
+            Missing or unexpected names (strict), or a value that is not numeric;
+            the message lists every problem.
+        ShapeError
+            Only shapes disagree; the message lists each name with both shapes.
+        """
+        owner = f"{type(self).__name__}.load_state_dict"
+        if not hasattr(state, "keys"):
+            raise AttrError(f"got {type(state).__name__}, expected a mapping of names to arrays", op=owner,
+                            arg="state")
+        own = list(_named_tensors(self))
+        names = {name for name, _ in own}
+        missing = [name for name, _ in own if name not in state]
+        unexpected = [str(k) for k in state.keys() if k not in names]
+        values, shapes, kinds = {}, [], []
+        for name, t in own:
+            if name not in state:
+                continue
+            v = state[name]
+            arr = np.asarray(v.numpy() if hasattr(v, "numpy") else v)
+            if arr.dtype.kind not in "biuf":
+                kinds.append(f"{name} ({arr.dtype})")
+            elif arr.shape != t.shape:
+                shapes.append(f"{name} (got {arr.shape}, expected {t.shape})")
+            values[name] = arr
+        problems = []
+        if strict and missing:
+            problems.append(f"missing keys: {', '.join(missing)}")
+        if strict and unexpected:
+            problems.append(f"unexpected keys: {', '.join(unexpected)}")
+        if kinds:
+            problems.append(f"not numeric: {', '.join(kinds)}")
+        if shapes:
+            problems.append(f"mis-shaped: {', '.join(shapes)}")
+        if problems:
+            error = ShapeError if len(problems) == 1 and shapes else AttrError
+            raise error("; ".join(problems) + (" (strict=False ignores missing and unexpected names)"
+                                               if strict and (missing or unexpected) else ""),
+                        op=owner, arg="state")
+        for name, t in own:
+            if name in values:
+                t.data = values[name].astype(t.dtype, copy=False)
+        return LoadResult(missing, unexpected)
 
     def train(self, mode: bool = True) -> "Module":
         for m in _modules(self):
@@ -114,6 +221,8 @@ class Flatten(Module):
 
 
 class Sequential(Module):
+    _unprefixed = ("modules",)  # layers are named "0", "1", ... as in PyTorch
+
     def __init__(self, *modules: Module):
         self.modules = list(modules)
 

@@ -1,14 +1,20 @@
 """Optimizers (needle's conventions). Updates run as compiled kernels on
 detached data, so no graph grows across steps, and write the parameters and
 the optimizer state in place (``Tensor.apply_``): no new buffer per step for
-them.
+them. In every update ``g = grad + weight_decay * w`` first.
 
-SGD: u <- momentum * u + (1 - momentum) * (grad + weight_decay * w);
-     w <- w - lr * u.
+SGD, by default needle's dampened momentum (u starts at 0):
+     u <- momentum * u + (1 - momentum) * g;  w <- w - lr * u.
+SGD with ``dampening=d`` given: PyTorch's ``torch.optim.SGD`` exactly —
+     u <- g on the first step, then u <- momentum * u + (1 - d) * g;
+     w <- w - lr * u, or with ``nesterov`` w <- w - lr * (g + momentum * u).
 Adam: m <- b1 m + (1 - b1) g;  v <- b2 v + (1 - b2) g^2;  with bias correction
-     w <- w - lr * m_hat / (sqrt(v_hat) + eps), g = grad + weight_decay * w.
+     w <- w - lr * m_hat / (sqrt(v_hat) + eps).
 """
 from __future__ import annotations
+
+import math
+import numbers
 
 import numpy as np
 
@@ -39,29 +45,69 @@ class Optimizer:
         raise NotImplementedError
 
 
-def _check(name: str, value: float, low: float, high: float | None = None, owner: str = "optimizer"):
-    if not (value >= low and (high is None or value < high)):
-        raise AttrError(f"got {value}, expected a value in [{low}, {high if high is not None else 'inf'})",
-                        op=owner, arg=name)
+def _check(name: str, value: float, low: float, high: float | None = None, owner: str = "optimizer",
+           low_ok: bool = True, high_ok: bool = False):
+    """Refuse ``value`` unless it is a finite number in ``[low, high)`` (the ends
+    included or not as ``low_ok``/``high_ok`` say; no upper end without ``high``)."""
+    ok = isinstance(value, numbers.Real) and not isinstance(value, bool) and math.isfinite(value) and \
+        (value > low or (low_ok and value == low)) and (high is None or value < high or (high_ok and value == high))
+    if not ok:
+        interval = f"{'[' if low_ok else '('}{low}, {high if high is not None else 'inf'}{']' if high_ok else ')'}"
+        raise AttrError(f"got {value!r}, expected a finite number in {interval}", op=owner, arg=name)
 
 
 class SGD(Optimizer):
-    def __init__(self, params, lr=0.01, momentum=0.0, weight_decay=0.0):
+    """Stochastic gradient descent with momentum, weight decay and Nesterov momentum.
+
+    Parameters
+    ----------
+    params : iterable of Parameter
+    lr : float
+        Learning rate, >= 0.
+    momentum : float
+        In [0, 1).
+    weight_decay : float
+        L2 penalty added to the gradient, >= 0.
+    dampening : float or None
+        ``None`` (the default): needle's update, where the momentum buffer
+        starts at zero and ``u <- momentum * u + (1 - momentum) * g`` (so
+        ``lr`` sees a gradient average, not a sum). A number ``d`` in [0, 1]:
+        PyTorch's update, ``u <- g`` on the first step and
+        ``u <- momentum * u + (1 - d) * g`` after; ``dampening=0`` matches
+        ``torch.optim.SGD``'s defaults step for step.
+    nesterov : bool
+        Step along ``g + momentum * u`` (PyTorch's Nesterov form); needs
+        ``momentum > 0`` and ``dampening=0``, as in PyTorch.
+    """
+
+    def __init__(self, params, lr=0.01, momentum=0.0, weight_decay=0.0, dampening=None, nesterov=False):
         super().__init__(params)
         _check("lr", lr, 0.0, owner="SGD")
         _check("momentum", momentum, 0.0, 1.0, owner="SGD")
         _check("weight_decay", weight_decay, 0.0, owner="SGD")
+        if dampening is not None:
+            _check("dampening", dampening, 0.0, 1.0, owner="SGD", high_ok=True)
+        if nesterov and (momentum <= 0 or dampening != 0):
+            raise AttrError(f"got momentum={momentum}, dampening={dampening}, expected momentum > 0 and "
+                            "dampening=0 with nesterov=True", op="SGD", arg="nesterov")
         self.lr, self.momentum, self.weight_decay = lr, momentum, weight_decay
+        self.dampening, self.nesterov = dampening, bool(nesterov)
         self.u: dict[int, Tensor] = {}
 
     def update(self, i, w, g):
         if self.weight_decay:
             g = g + w * self.weight_decay
         if self.momentum:
+            m = self.momentum
+            keep = 1 - (m if self.dampening is None else self.dampening)  # the share of g that enters u
             if i in self.u:
-                g = self.u[i].apply_("multiply_scalar", scalar=self.momentum).apply_("add", g * (1 - self.momentum))
-            else:
-                self.u[i] = g = g * (1 - self.momentum)
+                u = self.u[i].apply_("multiply_scalar", scalar=m)
+                u = u.apply_("add", g * keep) if keep != 1 else u.apply_("add", g)
+            elif self.dampening is None:
+                u = self.u[i] = g * keep
+            else:  # PyTorch starts the buffer at g itself (a copy: u is updated in place, g is p.grad)
+                u = self.u[i] = Tensor(g.numpy())
+            g = g + u * m if self.nesterov else u
         w.apply_("subtract", g * self.lr)
 
 
@@ -71,6 +117,8 @@ class Adam(Optimizer):
         _check("lr", lr, 0.0, owner="Adam")
         _check("beta1", beta1, 0.0, 1.0, owner="Adam")
         _check("beta2", beta2, 0.0, 1.0, owner="Adam")
+        _check("eps", eps, 0.0, owner="Adam", low_ok=False)
+        _check("weight_decay", weight_decay, 0.0, owner="Adam")
         self.lr, self.beta1, self.beta2, self.eps, self.weight_decay = lr, beta1, beta2, eps, weight_decay
         self.t = 0
         self.m: dict[int, Tensor] = {}

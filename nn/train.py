@@ -1,18 +1,17 @@
 """Training loops and the models ``kiln train`` knows (needle's ``epoch`` /
-``train``), plus checkpoints: weights in ``.npz`` beside a JSON spec, no pickle."""
+``train``); labels are checked against the model's classes before the first
+step. Checkpoints are in ``nn/checkpoint.py``."""
 from __future__ import annotations
 
-import json
-import os
-import tempfile
 import time
 from dataclasses import dataclass, field
-from pathlib import Path
+from typing import Callable
 
 import numpy as np
 
 from ..errors import AttrError
 from . import modules as M
+from .data import check_labels
 from .tensor import Tensor, no_grad
 
 MODELS = ("mlp", "mlp-residual", "cnn")
@@ -41,25 +40,41 @@ class EpochStats:
     test_error: float
     seconds: float
 
+    HEADER = (f"{'epoch':>5} | {'train loss':>10} | {'train err':>9} | {'test loss':>9} | {'test err':>8} | "
+              f"{'time':>6}\n" + "-" * 64)
+
+    def row(self) -> str:
+        """This epoch's line of the table under ``HEADER``."""
+        return (f"{self.epoch:>5} | {self.train_loss:>10.4f} | {self.train_error:>9.4f} | {self.test_loss:>9.4f} | "
+                f"{self.test_error:>8.4f} | {self.seconds:>5.1f}s")
+
 
 @dataclass
 class History:
     epochs: list = field(default_factory=list)
 
     def table(self) -> str:
-        lines = [f"{'epoch':>5} | {'train loss':>10} | {'train err':>9} | {'test loss':>9} | {'test err':>8} | {'time':>6}",
-                 "-" * 64]
-        for e in self.epochs:
-            lines.append(f"{e.epoch:>5} | {e.train_loss:>10.4f} | {e.train_error:>9.4f} | {e.test_loss:>9.4f} | "
-                         f"{e.test_error:>8.4f} | {e.seconds:>5.1f}s")
-        return "\n".join(lines)
+        return "\n".join([EpochStats.HEADER, *(e.row() for e in self.epochs)])
 
 
-def run_epoch(model, loader, loss_fn, optimizer=None, progress=None) -> tuple[float, float]:
-    """One pass over ``loader``: (mean loss, error rate); trains when an optimizer is given."""
+def dataset_labels(dataset):
+    """The labels of a dataset that holds them as an array (``NDArrayDataset(x, y)``),
+    else None: reading them from a generic dataset would run its transforms."""
+    arrays = getattr(dataset, "arrays", None)
+    return arrays[1] if isinstance(arrays, (tuple, list)) and len(arrays) >= 2 else None
+
+
+def run_epoch(model, loader, loss_fn, optimizer=None, progress=None, classes: int | None = None,
+              on_batch: Callable[[], None] | None = None) -> tuple[float, float]:
+    """One pass over ``loader``: (mean loss, error rate); trains when an optimizer is given.
+
+    ``classes`` checks each batch's labels (``data.check_labels``); ``on_batch()``
+    is called after every batch, between steps (a safe point to stop)."""
     model.train(optimizer is not None)
     total_loss, wrong, seen = 0.0, 0, 0
     for x, y in loader:
+        if classes is not None:
+            check_labels(y, classes, "train")
         xs, ys = Tensor(x), Tensor(np.asarray(y, dtype="int32"))
         if optimizer is not None:
             optimizer.zero_grad()
@@ -77,78 +92,46 @@ def run_epoch(model, loader, loss_fn, optimizer=None, progress=None) -> tuple[fl
         seen += n
         if progress is not None:
             progress.update(1)
+        if on_batch is not None:
+            on_batch()
     return total_loss / max(seen, 1), wrong / max(seen, 1)
 
 
 def fit(model, train_loader, test_loader, optimizer, epochs: int, loss_fn=None, progress_factory=None,
-        on_epoch=None) -> History:
+        on_epoch=None, classes: int | None = None, on_batch: Callable[[], None] | None = None) -> History:
+    """Train for ``epochs``, evaluating on ``test_loader`` after each; the model ends in eval mode.
+
+    Parameters
+    ----------
+    classes : int, optional
+        The model's class count: labels outside ``[0, classes)`` are refused
+        before the first step (whole datasets that hold their labels as an
+        array) or at the batch that carries them (other datasets).
+    on_epoch : callable, optional
+        ``on_epoch(EpochStats)`` as each epoch ends (e.g. to print its row).
+    on_batch : callable, optional
+        Called after every batch; an exception it raises (``KeyboardInterrupt``
+        for a requested stop) ends training between two steps.
+    """
+    if classes is not None:
+        for name, loader in (("training", train_loader), ("test", test_loader)):
+            labels = dataset_labels(getattr(loader, "dataset", None))
+            if labels is not None:
+                check_labels(labels, classes, f"train ({name} set)")
     loss_fn = loss_fn or M.SoftmaxLoss()
     history = History()
     for epoch in range(1, epochs + 1):
         start = time.perf_counter()
         bar = progress_factory(epoch, len(train_loader)) if progress_factory else None
-        train_loss, train_err = run_epoch(model, train_loader, loss_fn, optimizer, bar)
-        if bar is not None:
-            bar.close()
-        test_loss, test_err = run_epoch(model, test_loader, loss_fn)
+        try:
+            train_loss, train_err = run_epoch(model, train_loader, loss_fn, optimizer, bar, classes, on_batch)
+        finally:
+            if bar is not None:
+                bar.close()
+        test_loss, test_err = run_epoch(model, test_loader, loss_fn, classes=classes, on_batch=on_batch)
         stats = EpochStats(epoch, train_loss, train_err, test_loss, test_err, time.perf_counter() - start)
         history.epochs.append(stats)
         if on_epoch:
             on_epoch(stats)
     model.eval()
     return history
-
-
-def save_checkpoint(model, spec: dict, path) -> Path:
-    """Weights as ``<path>`` (.npz) and the model spec as ``<path>.json``, each
-    written to a temporary file and renamed, so a crash leaves no torn file."""
-    path = Path(path)
-    arrays = {f"p{i}": p.numpy() for i, p in enumerate(model.parameters())}
-    arrays.update({f"b{i}": b for i, b in enumerate(_buffers(model))})
-    _atomic(path, lambda f: np.savez(f, **arrays))
-    _atomic(Path(str(path) + ".json"), lambda f: f.write(json.dumps(spec).encode()))
-    return path
-
-
-def _atomic(path: Path, write) -> None:
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}-", dir=path.parent)
-    try:
-        with os.fdopen(fd, "wb") as f:
-            write(f)
-            f.flush()
-            os.fsync(f.fileno())
-        os.replace(tmp, path)
-    finally:
-        if os.path.exists(tmp):
-            os.unlink(tmp)
-
-
-def load_checkpoint(path):
-    """(model, spec) rebuilt from a checkpoint written by ``save_checkpoint``."""
-    path = Path(path)
-    spec = json.loads(Path(str(path) + ".json").read_text())
-    model = build_model(spec["model"], tuple(spec["in_shape"]), spec["classes"])
-    with np.load(path, allow_pickle=False) as data:
-        for i, p in enumerate(model.parameters()):
-            p.data = data[f"p{i}"]
-        for i, holder in enumerate(_buffer_holders(model)):
-            holder[0].__dict__[holder[1]] = Tensor(data[f"b{i}"])
-    model.eval()
-    return model, spec
-
-
-def _buffer_holders(model):
-    """(module, attribute) of the non-trained state (BatchNorm running statistics)."""
-    for m in _all_modules(model):
-        for name in ("running_mean", "running_var"):
-            if hasattr(m, name):
-                yield m, name
-
-
-def _buffers(model):
-    return [getattr(m, name).numpy() for m, name in _buffer_holders(model)]
-
-
-def _all_modules(model):
-    yield from M._modules(model)

@@ -15,8 +15,6 @@ input dtype and the kiln and TVM versions.
 from __future__ import annotations
 
 import json
-import os
-import tempfile
 from pathlib import Path
 
 import numpy as np
@@ -25,6 +23,7 @@ from tvm import relax, tirx
 from tvm.relax.backend.cpu_generic import pipeline as cpu_pipeline
 
 from ..errors import ExportError, KilnError
+from ..outputs import atomic_path, check_output_path
 from ..te.value import ValueOps
 from .device import as_target
 from .lower import schedule
@@ -113,8 +112,15 @@ def export(model, example, path, dynamic_batch: bool = True, target=None) -> Pat
         An input of the right shape and dtype; with ``dynamic_batch`` its first
         dim becomes symbolic, so the module serves any batch size.
     path : str or Path
-        Written atomically (temporary file, then rename).
+        Written atomically (temporary file, then rename); checked before
+        compiling (``OutputError`` for a directory or an unwritable folder).
+
+    A model written in Python is exported the same way, after loading its
+    trained weights: ``model.load_state_dict(state)`` (``state`` from
+    ``model.state_dict()`` or ``kiln.nn.checkpoint.read_checkpoint``), then
+    ``export(model, example, path)``.
     """
+    path = check_output_path(path, "path")
     example = np.asarray(example.numpy() if hasattr(example, "numpy") else example)
     if example.ndim == 0:
         raise ExportError("got a 0-d example, expected a batch", op="export", arg="example")
@@ -146,21 +152,12 @@ def export(model, example, path, dynamic_batch: bool = True, target=None) -> Pat
     except Exception as exc:  # noqa: BLE001 - TVM's compile errors are C++ tracebacks
         raise ExportError(f"TVM could not compile the model: {str(exc).strip().splitlines()[-1][:300]}",
                           op="export", arg="model") from exc
-    return _write(executable, Path(path))
+    return _write(executable, path)
 
 
 def _write(executable, path: Path) -> Path:
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}-", suffix=".so", dir=path.parent)
-    os.close(fd)
-    try:
+    with atomic_path(path, suffix=".so") as tmp:  # an OSError becomes an OutputError naming the path
         executable.export_library(tmp)
-        with open(tmp, "rb") as f:
-            os.fsync(f.fileno())
-        os.replace(tmp, path)
-    finally:
-        if os.path.exists(tmp):
-            os.unlink(tmp)
     return path
 
 
