@@ -7,17 +7,20 @@ model as one compiled module.
 """
 import importlib
 
-from .config import configure_thread_pool as _configure_thread_pool
+# The one version constant: pyproject.toml reads it when packaging, kernel-cache
+# keys and tuning records carry it. Set before the imports below, which read it.
+__version__ = "0.1.0"
+
+from .config import configure_thread_pool as _configure_thread_pool  # noqa: E402
 
 # TVM's CPU pool defaults to half the hardware threads; size it to the cores
-# before the first kernel starts it.
+# before the first kernel starts it (an invalid setting is reported at first
+# use, not here: see kiln.config).
 _configure_thread_pool()
 
 from . import errors, te  # noqa: E402
 from .errors import KilnError  # noqa: E402
 from .runtime import build, cpu, cuda  # noqa: E402
-
-__version__ = "0.1.0"
 
 
 def _tuned_config(op, attrs, shapes, dtypes, target_key):

@@ -1,20 +1,57 @@
 """kiln's configuration: the one place that reads the environment.
 
-``KILN_CACHE_DIR``    where compiled kernels are cached on disk
+``KILN_CACHE_DIR``    where compiled kernels (and, by default, tuning records)
+                      are kept: a directory, or a path kiln may create
                       (default: ``$XDG_CACHE_HOME/kiln`` or ``~/.cache/kiln``).
-``KILN_DISK_CACHE``   set to ``0`` to disable the on-disk kernel cache.
-``KILN_NUM_THREADS``  threads of TVM's CPU pool (default: the cores this process
-                      may run on). TVM's own default is half the hardware
-                      threads — one thread on a 2-core machine — so kiln sets
-                      ``TVM_NUM_THREADS`` before TVM starts its pool.
+``KILN_DISK_CACHE``   ``1``/``true``/``yes``/``on`` (default) or
+                      ``0``/``false``/``no``/``off``: keep compiled kernels on
+                      disk, or in memory only.
+``KILN_NUM_THREADS``  threads of TVM's CPU pool, a whole number from 1 to
+                      ``max_threads()`` = 4 x the cores this process may run on
+                      (more only adds switching between threads; 100,000 would
+                      start 100,000 threads). Default: the usable cores. When it
+                      is unset, ``TVM_NUM_THREADS`` is read under the same rule.
+                      TVM's own default is half the hardware threads — one on a
+                      2-core machine — so kiln sets ``TVM_NUM_THREADS`` before
+                      TVM starts its pool.
 ``KILN_ENGINE``       ``serial`` runs the dependency engine's work inline, in
-                      push order (for debugging and comparison); a number sets
-                      its worker threads (default: the usable cores).
+                      push order (for debugging and comparison); a whole number
+                      from 1 to ``max_threads()`` sets its worker threads
+                      (default: the usable cores).
+
+An empty variable counts as unset. A value outside these rules raises
+``kiln.errors.ConfigError``, which names the variable, the value and what is
+expected. When that happens:
+
+* ``import kiln`` never fails on a bad value: an import that raises breaks
+  every tool that merely imports kiln (test collection, editors, ``--help``),
+  and it could not be reported as a ``kiln`` command error. The import sizes
+  the thread pool only from a valid value and otherwise leaves it alone.
+* The value is refused at first use, before any work: the ``kiln`` command
+  checks every variable before it runs a subcommand (``kiln: error: ...``,
+  exit status 2); in Python, ``kiln.build`` (through the kernel cache) and
+  ``kiln.runtime.Predictor`` call ``check()``, and the engine reads
+  ``KILN_ENGINE`` when it starts. A bad value is never silently replaced by
+  the default.
 """
 from __future__ import annotations
 
 import os
+import re
 from pathlib import Path
+
+from .errors import ConfigError
+
+TRUE = ("1", "true", "yes", "on")
+FALSE = ("0", "false", "no", "off")
+# every variable read here: check() revalidates when one of them changes
+VARIABLES = ("KILN_CACHE_DIR", "KILN_DISK_CACHE", "KILN_NUM_THREADS", "TVM_NUM_THREADS", "KILN_ENGINE",
+             "XDG_CACHE_HOME", "HOME")
+
+
+def _get(name: str) -> str | None:
+    value = os.environ.get(name, "").strip()
+    return value or None
 
 
 def usable_cores() -> int:
@@ -25,43 +62,101 @@ def usable_cores() -> int:
         return max(1, os.cpu_count() or 1)
 
 
+def max_threads() -> int:
+    """The most threads a pool may be given: 4 x the usable cores."""
+    return 4 * usable_cores()
+
+
+def _thread_count(name: str, value: str, extra: str = "") -> int:
+    limit = max_threads()
+    if not re.fullmatch(r"\d+", value) or not 1 <= int(value) <= limit:
+        raise ConfigError(name, value, f"{extra}a whole number of threads from 1 to {limit} "
+                                       f"(4 x the {usable_cores()} usable cores)")
+    return int(value)
+
+
 def num_threads() -> int:
-    value = os.environ.get("KILN_NUM_THREADS") or os.environ.get("TVM_NUM_THREADS")
-    if value:
-        try:
-            return max(1, int(value))
-        except ValueError:
-            pass
+    """Threads of TVM's CPU pool: ``KILN_NUM_THREADS``, else ``TVM_NUM_THREADS``, else the usable cores."""
+    for name in ("KILN_NUM_THREADS", "TVM_NUM_THREADS"):
+        value = _get(name)
+        if value is not None:
+            return _thread_count(name, value)
     return usable_cores()
 
 
-def configure_thread_pool() -> int:
+def configure_thread_pool() -> int | None:
     """Size TVM's CPU thread pool to the cores, before the pool first starts.
 
     TVM reads ``TVM_NUM_THREADS`` lazily, when the first parallel kernel runs,
-    so setting it here (at ``import kiln``) is early enough.
+    so setting it here (at ``import kiln``) is early enough. Returns the count,
+    or None when the setting is invalid (then ``check()`` reports it at first use).
     """
-    n = num_threads()
+    try:
+        n = num_threads()
+    except ConfigError:
+        return None
     os.environ["TVM_NUM_THREADS"] = str(n)
     return n
 
 
 def engine_workers() -> int:
     """Worker threads of the dependency engine; 0 means serial, inline execution."""
-    value = os.environ.get("KILN_ENGINE", "").strip().lower()
-    if value == "serial":
+    value = _get("KILN_ENGINE")
+    if value is None:
+        return usable_cores()
+    if value.lower() == "serial":
         return 0
-    return max(1, int(value)) if value.isdigit() else usable_cores()
+    return _thread_count("KILN_ENGINE", value, extra="'serial' or ")
 
 
 def cache_dir() -> Path:
-    root = os.environ.get("KILN_CACHE_DIR")
-    if root:
-        return Path(root).expanduser()
-    xdg = os.environ.get("XDG_CACHE_HOME")
-    base = Path(xdg).expanduser() if xdg else Path.home() / ".cache"
-    return base / "kiln"
+    """The cache root: ``KILN_CACHE_DIR``, else ``$XDG_CACHE_HOME/kiln``, else ``~/.cache/kiln``.
+
+    Raises ``ConfigError`` when ``KILN_CACHE_DIR`` (or a folder above it) is an
+    existing file. Nothing is created here (``kiln.runtime.cache`` does that).
+    """
+    root = _get("KILN_CACHE_DIR")
+    if root is not None:
+        path = Path(root).expanduser().absolute()
+        blocker = next((p for p in (path, *path.parents) if p.exists()), None)
+        if blocker is not None and not blocker.is_dir():
+            where = "" if blocker == path else f" ({blocker} is a file)"
+            raise ConfigError("KILN_CACHE_DIR", root, f"a directory, or a path where one can be created{where}")
+        return path
+    xdg = _get("XDG_CACHE_HOME")
+    if xdg is not None and Path(xdg).is_absolute():  # the XDG spec says to ignore a relative one
+        return Path(xdg) / "kiln"
+    try:
+        return Path.home() / ".cache" / "kiln"
+    except RuntimeError as exc:  # no HOME and no passwd entry
+        raise ConfigError("KILN_CACHE_DIR", "", "a directory (no home directory to default to)") from exc
 
 
 def disk_cache_enabled() -> bool:
-    return os.environ.get("KILN_DISK_CACHE", "1").strip().lower() not in ("0", "false", "no", "off")
+    """``KILN_DISK_CACHE``: keep compiled kernels on disk (the default) or in memory only."""
+    value = _get("KILN_DISK_CACHE")
+    if value is None or value.lower() in TRUE:
+        return True
+    if value.lower() in FALSE:
+        return False
+    raise ConfigError("KILN_DISK_CACHE", value, f"one of {', '.join(TRUE)} (on) or {', '.join(FALSE)} (off)")
+
+
+_checked: tuple | None = None  # the values last found valid
+
+
+def check() -> None:
+    """Validate every variable kiln reads; raise ``ConfigError`` for the first bad one.
+
+    Cheap when nothing changed since the last successful check (it runs on
+    every ``kiln.build``).
+    """
+    global _checked
+    snapshot = tuple(os.environ.get(name) for name in VARIABLES)
+    if snapshot == _checked:
+        return
+    num_threads()
+    engine_workers()
+    disk_cache_enabled()
+    cache_dir()
+    _checked = snapshot

@@ -3,7 +3,7 @@
 Every public entry point validates its input and raises one of these, naming the
 op, the argument, what was given and what was expected. Nothing from TVM's C++
 side is allowed to reach a user as a raw traceback: the runtime wraps it in
-``BuildError`` or ``RuntimeError_``.
+``BuildError`` or ``KernelRuntimeError``.
 """
 from __future__ import annotations
 
@@ -52,6 +52,18 @@ class ScheduleError(KilnError):
 
 class BuildError(KilnError):
     """TVM failed to compile a scheduled op."""
+
+
+class ConfigError(KilnError, ValueError):
+    """An environment variable kiln reads holds a value it cannot use (see ``kiln.config``)."""
+
+    def __init__(self, variable: str, value: str, expected: str):
+        self.variable, self.value, self.expected = variable, value, expected
+        super().__init__(f"environment variable {variable}={value!r}: expected {expected}")
+        self.arg = variable
+
+    def __reduce__(self):  # pickled across worker processes: rebuild from the three parts
+        return type(self), (self.variable, self.value, self.expected)
 
 
 class CacheError(KilnError):

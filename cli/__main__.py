@@ -1,3 +1,4 @@
+"""``python -m kiln.cli``: the ``kiln`` command (as ``python -m kiln``)."""
 import sys
 
 from . import main

@@ -1,16 +1,22 @@
 """The kernel cache: memory, then disk, then compile.
 
 Key: (op, attrs, shapes, dtypes, target, config) plus the kiln and TVM
-versions and a fingerprint of the op and schedule code, hashed with SHA-256. On disk each kernel is one shared library,
+versions, a fingerprint of the op and schedule code and the entry format,
+hashed with SHA-256. On disk each kernel is one shared library,
 ``<cache_dir>/kernels/<key hash>.<content hash>.so``:
 
 * written atomically: exported to a temporary file in the same directory,
   fsynced, then renamed, so a reader never sees a half-written file and two
   processes writing the same kernel both leave a valid one;
 * content-hashed: the name carries the SHA-256 of the bytes, checked before
-  loading, so a truncated or corrupt file is detected, removed and rebuilt.
+  loading, so a truncated or corrupt file is detected, removed and rebuilt;
+* bound to its key: the library ends with its key (the loader ignores bytes
+  after the ELF image), so another valid kernel's file under this key's name —
+  which would load and then fail on every call — is detected and rebuilt too.
 
-The directory is created with mode 0700 (kernels are code that gets loaded).
+Loading an entry runs native code, so the directories kiln creates are mode
+0700; an existing one is left as it is, with a warning if others may write to
+it.
 """
 from __future__ import annotations
 
@@ -19,18 +25,22 @@ import hashlib
 import json
 import logging
 import os
+import stat
 import tempfile
 import threading
+import warnings
 from dataclasses import dataclass, field
 from pathlib import Path
 
 import tvm
 
+from .. import __version__ as VERSION
 from .. import config as kiln_config
 from ..errors import CacheError
 
 log = logging.getLogger("kiln.cache")
-VERSION = "0.1.0"
+ENTRY_FORMAT = 2  # 2: the key is appended to the library
+KEY_TAG = b"\0kiln-kernel-key:"
 
 
 @dataclass
@@ -72,6 +82,7 @@ def key_of(op: str, attrs: dict, shapes, dtypes, target_key: str, config_key: st
         "target": target_key,
         "config": config_key,
         "kiln": VERSION,
+        "entry": ENTRY_FORMAT,
         "code": code_fingerprint(),
         "tvm": tvm.__version__,
     }
@@ -87,20 +98,43 @@ def _plain(v):
 
 
 def kernel_dir() -> Path:
+    """``<cache_dir>/kernels``, creating the missing folders with mode 0700."""
     path = kiln_config.cache_dir() / "kernels"
     try:
-        path.mkdir(parents=True, exist_ok=True, mode=0o700)
-        os.chmod(path.parent, 0o700)
-        os.chmod(path, 0o700)
+        make_private_dirs(path)
     except OSError as exc:
         raise CacheError(f"cannot use cache directory {path}: {exc}", arg="KILN_CACHE_DIR") from exc
     return path
 
 
+_warned: set[str] = set()
+
+
+def make_private_dirs(path: Path) -> None:
+    """Create ``path`` and its missing parents with mode 0700; folders that
+    already exist keep their mode (``KILN_CACHE_DIR=/tmp`` must not change
+    /tmp), with one warning per process for a world-writable one."""
+    missing = [p for p in (path, *path.parents) if not p.exists()]
+    for folder in reversed(missing):
+        try:
+            folder.mkdir(mode=0o700)
+        except FileExistsError:  # another process made it first: not ours to chmod
+            continue
+        os.chmod(folder, 0o700)  # mkdir's mode is reduced by the umask
+    for folder in (path.parent, path):
+        if folder not in missing and folder.stat().st_mode & stat.S_IWOTH and str(folder) not in _warned:
+            _warned.add(str(folder))
+            warnings.warn(f"kiln: the kernel cache folder {folder} is writable by every user, who could place code "
+                          "there that kiln loads; set KILN_CACHE_DIR to a private directory", RuntimeWarning,
+                          stacklevel=3)
+
+
 def get(key: str, load, build):
     """The kernel for ``key``: from memory, else ``load(module)`` of a valid disk
     entry, else ``build()`` — which returns ``(kernel, exportable)``, the
-    latter None for kernels that cannot be stored (CUDA source) — and store."""
+    latter None for kernels that cannot be stored (CUDA source) — and store.
+    Raises ``ConfigError`` for an invalid setting (``kiln.config.check``)."""
+    kiln_config.check()
     with _lock:
         if key in _memory:
             stats.memory_hits += 1
@@ -126,8 +160,8 @@ def get(key: str, load, build):
 def _read(key: str):
     try:
         folder = kernel_dir()
-    except Exception as exc:  # noqa: BLE001 - an unusable cache dir degrades to memory only
-        stats.errors.append(str(exc))
+    except CacheError as exc:  # an unusable cache dir degrades to memory only
+        _degrade(exc)
         return None
     for path in sorted(folder.glob(f"{key}.*.so")):
         digest = path.name.split(".")[1]
@@ -135,9 +169,11 @@ def _read(key: str):
             data = path.read_bytes()
         except OSError:
             continue
-        if hashlib.sha256(data).hexdigest()[:32] != digest:
+        problem = ("is corrupt or truncated" if hashlib.sha256(data).hexdigest()[:32] != digest
+                   else "holds another kernel" if not data.endswith(KEY_TAG + key.encode()) else None)
+        if problem:
             stats.corrupt += 1
-            log.warning("kernel cache entry %s is corrupt or truncated; rebuilding it", path.name)
+            log.warning("kernel cache entry %s %s; rebuilding it", path.name, problem)
             _unlink(path)
             continue
         module = _load(path)
@@ -146,6 +182,12 @@ def _read(key: str):
         stats.corrupt += 1  # a valid hash but unloadable: rebuild
         _unlink(path)
     return None
+
+
+def _degrade(exc: Exception) -> None:
+    stats.errors.append(str(exc))
+    if len(stats.errors) == 1:
+        log.warning("%s; compiled kernels are kept in memory only", exc)
 
 
 def _load(path: Path):
@@ -165,9 +207,12 @@ def _write(key: str, exportable) -> Path | None:
         os.close(fd)
         try:
             exportable.export_library(tmp)
+            with open(tmp, "ab") as f:
+                f.write(KEY_TAG + key.encode())
+                f.flush()
+                os.fsync(f.fileno())
             with open(tmp, "rb") as f:
                 digest = hashlib.sha256(f.read()).hexdigest()[:32]
-                os.fsync(f.fileno())
             final = folder / f"{key}.{digest}.so"
             os.replace(tmp, final)
             stats.disk_writes += 1
@@ -175,8 +220,7 @@ def _write(key: str, exportable) -> Path | None:
         finally:
             _unlink(Path(tmp))
     except Exception as exc:  # noqa: BLE001 - the kernel still works from memory
-        stats.errors.append(str(exc))
-        log.warning("could not write kernel cache entry: %s", exc)
+        _degrade(CacheError(f"could not write kernel cache entry: {exc}"))
         return None
 
 

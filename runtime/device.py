@@ -14,6 +14,7 @@ from tvm.target import codegen
 
 from ..config import num_threads
 from ..errors import TargetError
+from ..schedules.cuda.check import MAX_SHARED, MAX_THREADS
 
 CUDA_ARCHS = ("sm_70", "sm_75", "sm_80", "sm_86", "sm_89", "sm_90")
 
@@ -31,8 +32,8 @@ class Target:
         if self.kind == "cpu":
             return tvm.target.Target({"kind": "llvm", "mcpu": self.mcpu})
         # the per-block limits are stated so TVM's GPU verification can check against them
-        return tvm.target.Target({"kind": "cuda", "arch": self.arch, "max_threads_per_block": 1024,
-                                  "max_shared_memory_per_block": 48 * 1024, "registers_per_block": 65536,
+        return tvm.target.Target({"kind": "cuda", "arch": self.arch, "max_threads_per_block": MAX_THREADS,
+                                  "max_shared_memory_per_block": MAX_SHARED, "registers_per_block": 65536,
                                   "thread_warp_size": 32})
 
     @property

@@ -8,6 +8,7 @@ import numpy as np
 import tvm
 from tvm import relax
 
+from .. import config
 from ..errors import DTypeError, ExportError, ShapeError
 from .elf import elf_problem
 
@@ -17,11 +18,18 @@ FORMAT = "kiln-model-1"
 class Predictor:
     """Load an exported model and run it on numpy batches.
 
-    Raises ``ExportError`` for a missing, truncated or foreign file, and
-    ``ShapeError``/``DTypeError`` for inputs the model was not built for.
+    Load only files you trust: an exported model is a shared library, and
+    loading it runs its native code (a library's constructors run as it is
+    loaded, before kiln can check that it is a kiln model at all). A file from
+    someone else can do anything your user can.
+
+    Raises ``ExportError`` for a missing, truncated or foreign file,
+    ``ShapeError``/``DTypeError`` for inputs the model was not built for, and
+    ``ConfigError`` for an invalid ``KILN_NUM_THREADS`` (``kiln.config``).
     """
 
     def __init__(self, path):
+        config.check()  # the model runs on TVM's thread pool, which that sizes
         self.path = Path(path)
         if not self.path.is_file():
             raise ExportError(f"no file at {self.path}", op="Predictor", arg="path")

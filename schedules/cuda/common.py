@@ -6,8 +6,6 @@ from __future__ import annotations
 from ..config import Config
 from ..util import block_name, blocks, const_int, extent, fold_consumers
 
-MAX_THREADS = 1024
-
 
 def pow2_at_least(n: int, cap: int) -> int:
     p = 1

@@ -1,0 +1,82 @@
+"""The package as a user installs it: every subpackage in the wheel and nothing
+else, the CPU-only xgboost, one version constant, ``kiln --version`` and
+``python -m kiln``. (``.ci/run`` also installs the wheel in a clean
+environment and runs ``kiln ops`` outside the source tree.)"""
+import importlib.util
+import re
+import shutil
+import subprocess
+import sys
+import zipfile
+from pathlib import Path
+
+import pytest
+
+import kiln
+from kiln.cli import build_parser
+from kiln.runtime import cache
+
+ROOT = Path(kiln.__file__).resolve().parent
+NOT_SHIPPED = {"tests", "benchmarks", "tutorials"}
+LEFT_OUT = shutil.ignore_patterns(".git", ".venv", "build", "dist", "*.egg-info", "__pycache__", ".hypothesis",
+                                  ".pytest_cache")
+
+
+@pytest.fixture(scope="module")
+def wheel(tmp_path_factory):
+    """A wheel built from a copy of the tree (a build leaves files beside the sources)."""
+    tmp = tmp_path_factory.mktemp("wheel")
+    src = tmp / "src"
+    shutil.copytree(ROOT, src, ignore=LEFT_OUT)
+    isolation = [] if importlib.util.find_spec("setuptools") is None else ["--no-build-isolation"]
+    res = subprocess.run([sys.executable, "-m", "pip", "wheel", "--quiet", "--no-deps", *isolation, "-w",
+                          str(tmp / "dist"), str(src)], capture_output=True, text=True, timeout=300)
+    assert res.returncode == 0, res.stderr
+    (path,) = (tmp / "dist").glob("kiln-*.whl")
+    return zipfile.ZipFile(path)
+
+
+def test_the_wheel_holds_every_package_and_module_and_nothing_else(wheel):
+    names = set(wheel.namelist())
+    packages = {p.parent.relative_to(ROOT) for p in ROOT.glob("**/__init__.py")
+                if not ({p.parts[len(ROOT.parts)]} & (NOT_SHIPPED | {".venv", "build"}))}
+    assert Path("schedules/cuda") in packages
+    for package in packages:
+        for module in (ROOT / package).glob("*.py"):
+            if (package, module.name) != (Path("."), "setup.py"):
+                assert f"kiln/{(package / module.name).as_posix()}" in names, module
+    shipped_tops = {n.split("/")[1] for n in names if n.startswith("kiln/") and n.count("/") > 1}
+    assert not shipped_tops & NOT_SHIPPED and "kiln/setup.py" not in names
+
+
+def test_the_wheel_metadata_names_the_version_and_the_cpu_xgboost(wheel):
+    (meta,) = [n for n in wheel.namelist() if n.endswith(".dist-info/METADATA")]
+    text = wheel.read(meta).decode()
+    assert f"\nVersion: {kiln.__version__}\n" in text
+    requires = re.findall(r"^Requires-Dist: ([A-Za-z0-9_.-]+)", text, flags=re.M)
+    assert "xgboost-cpu" in requires and "xgboost" not in requires
+
+
+def test_one_version_constant():
+    assert re.fullmatch(r"\d+\.\d+\.\d+\S*", kiln.__version__)
+    assert cache.VERSION is kiln.__version__
+    pyproject = (ROOT / "pyproject.toml").read_text()
+    assert 'version = {attr = "kiln.__version__"}' in pyproject and not re.search(r'^version = "', pyproject,
+                                                                                    flags=re.M)
+
+
+def test_version_flag_and_help(capsys):
+    import tvm
+
+    assert "--version" in build_parser().format_help()
+    with pytest.raises(SystemExit) as info:
+        build_parser().parse_args(["--version"])
+    assert info.value.code == 0
+    assert capsys.readouterr().out.strip() == f"kiln {kiln.__version__} (TVM {tvm.__version__})"
+
+
+def test_python_dash_m_kiln_runs_the_command(tmp_path):
+    res = subprocess.run([sys.executable, "-m", "kiln", "ops"], capture_output=True, text=True, timeout=120,
+                         cwd=tmp_path)
+    assert res.returncode == 0, res.stderr
+    assert "matmul" in res.stdout
