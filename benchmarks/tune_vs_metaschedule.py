@@ -27,9 +27,11 @@ import tvm
 
 import kiln
 from kiln.autotune import Task, tune
+from kiln.bench.machine import fma_peak
+from kiln.bench.reference import NumpyReference
+from kiln.bench.timing import calls_sampler, warm_up
 from kiln.schedules import config_key
 from kiln.runtime.lower import declare
-from machine import fma_peak
 
 TASKS = {
     "matmul1024": ("matmul", [(1024, 1024), (1024, 1024)], {}),
@@ -102,15 +104,15 @@ def measure_main(lib: str, data: str) -> None:
 
 
 def reference_time(task: Task, inputs) -> tuple[str, float | None]:
+    """The reference's median seconds per call, warmed up until stable: numpy at
+    full speed (its own process, without the OpenBLAS pins) for matmul,
+    PyTorch for conv2d."""
     if task.op.name == "matmul":
-        a, b = inputs
-        np.matmul(a, b)
-        times = []
-        for _ in range(10):
-            s = time.perf_counter()
-            np.matmul(a, b)
-            times.append(time.perf_counter() - s)
-        return "numpy", float(np.median(times))
+        with NumpyReference() as ref:
+            ref.prepare("matmul", task.shapes, task.dtypes, task.attrs)
+            sampler, name = ref.sample, f"numpy ({ref.info['blas'][0]['architecture']} kernel)"
+            warm_up(sampler)
+            return name, float(np.median([sampler() for _ in range(10)]))
     try:
         import torch
     except ImportError:
@@ -119,13 +121,9 @@ def reference_time(task: Task, inputs) -> tuple[str, float | None]:
     x, w = (torch.from_numpy(a) for a in inputs)
     pad = task.attrs["padding"]
     with torch.no_grad():
-        torch.nn.functional.conv2d(x, w, padding=pad)
-        times = []
-        for _ in range(20):
-            s = time.perf_counter()
-            torch.nn.functional.conv2d(x, w, padding=pad)
-            times.append(time.perf_counter() - s)
-    return "PyTorch", float(np.median(times))
+        sampler = calls_sampler(lambda: torch.nn.functional.conv2d(x, w, padding=pad))
+        warm_up(sampler)
+        return "PyTorch", float(np.median([sampler() for _ in range(10)]))
 
 
 def compare(name: str, trials: int, folder: str) -> dict:

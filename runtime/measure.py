@@ -1,26 +1,25 @@
-"""Measure a kernel against numpy in the same process: time, GFLOPS or GB/s, ratio.
+"""What measuring a kernel needs before anything is timed: seeded inputs, the
+work one call does, and a check that the inputs exist and fit in memory.
 
-kiln's time is TVM's ``time_evaluator`` (``number`` calls per repeat, at least
-``min_repeat_ms`` per repeat, on device tensors); numpy's is the op's registered
-numpy reference, timed with ``time.perf_counter`` after one warm-up call. For
-both the figure is the median over repeats, with min and max reported. Compute-
-bound families (matmul, conv2d) report GFLOPS from ``op.flops``; the others
-report GB/s of inputs read plus outputs written.
+Compute-bound families (matmul, conv2d) are scored in GFLOPS from
+``op.flops``; the others in GB/s of inputs read plus outputs written. The
+comparison itself (kiln against a reference, warmed up and interleaved) is
+``kiln.bench``.
 """
 from __future__ import annotations
 
-import time
-
 import numpy as np
-import tvm
 
-from ..te.shapes import size
-from .build import build
+from ..errors import ShapeError
+from ..te import get_op
 
 COMPUTE_BOUND = ("matmul", "conv2d")
+GIB = float(1 << 30)
 
 
 def random_inputs(shapes, dtypes, seed: int = 0) -> list[np.ndarray]:
+    """Seeded inputs of the given shapes and dtypes: uniform in [-1, 1) for
+    floats, 0..7 for ints, fair coins for bools."""
     rng = np.random.default_rng(seed)
     out = []
     for s, d in zip(shapes, dtypes):
@@ -33,39 +32,48 @@ def random_inputs(shapes, dtypes, seed: int = 0) -> list[np.ndarray]:
     return out
 
 
-def _stats(seconds) -> dict:
-    seconds = np.asarray(seconds, dtype=float)
-    return {"median_s": float(np.median(seconds)), "min_s": float(seconds.min()), "max_s": float(seconds.max())}
+def nbytes(shapes, dtypes) -> int:
+    """Bytes of arrays of these (concrete) shapes and dtypes."""
+    return sum(int(np.prod(s, dtype=object)) * np.dtype(d).itemsize for s, d in zip(shapes, dtypes))
 
 
-def measure(op, shapes, dtypes=None, attrs=None, target=None, repeat: int = 10, inputs=None) -> dict:
-    """kiln vs numpy on the same inputs; ``ratio`` > 1 means kiln is faster."""
-    kernel = build(op, shapes, dtypes, attrs, target=target)
-    op = kernel.op
-    arrays = inputs if inputs is not None else random_inputs(kernel.shapes, kernel.dtypes)
-    dev = kernel.target.device()
-    tensors = [tvm.runtime.tensor(a, dev) for a in arrays]
-    timing = kernel.time(*tensors, number=1 if repeat < 3 else 3, repeat=max(repeat, 1))
-    kiln_stats = _stats(timing["results"])
-
-    op.reference(*arrays, **kernel.attrs)  # warm-up
-    numpy_times = []
-    for _ in range(max(repeat, 1)):
-        start = time.perf_counter()
-        out = op.reference(*arrays, **kernel.attrs)
-        numpy_times.append(time.perf_counter() - start)
-    numpy_stats = _stats(numpy_times)
-
-    outs = out if isinstance(out, list) else [out]
+def work(op, shapes, dtypes, attrs=None) -> tuple[str, float]:
+    """``(unit, amount)`` of one call: ``("GFLOPS", flops)`` for compute-bound
+    ops, else ``("GB/s", bytes read + written)``; concrete shapes only."""
+    op = get_op(op) if isinstance(op, str) else op
+    attrs, out_shapes, out_dtypes = op.check(shapes, dtypes, attrs)
     if op.family in COMPUTE_BOUND:
-        unit, work = "GFLOPS", op.flops(list(kernel.shapes), **kernel.attrs) / 1e9
-    else:
-        unit = "GB/s"
-        work = (sum(a.nbytes for a in arrays) + sum(np.asarray(o).nbytes for o in outs)) / 1e9
-    key = "gflops" if unit == "GFLOPS" else "gbps"
-    kiln_stats[key] = work / kiln_stats["median_s"]
-    numpy_stats[key] = work / numpy_stats["median_s"]
-    return {"op": op.name, "shapes": [list(s) for s in kernel.shapes], "dtypes": list(kernel.dtypes),
-            "attrs": kernel.attrs, "target": str(kernel.target), "cpu": kernel.target.mcpu,
-            "threads": tvm.runtime.num_threads(), "unit": unit, "kiln": kiln_stats, "numpy": numpy_stats,
-            "ratio": numpy_stats["median_s"] / kiln_stats["median_s"], "elements": int(size(kernel.shapes[0]))}
+        return "GFLOPS", float(op.flops([tuple(s) for s in shapes], **attrs))
+    return "GB/s", float(nbytes(shapes, dtypes) + nbytes(out_shapes, out_dtypes))
+
+
+def check_measurable(op, shapes, dtypes, attrs=None, input_copies: int = 1, output_copies: int = 1,
+                     available: int | None = None) -> tuple[str, float]:
+    """Refuse what cannot be measured, before anything is allocated; return ``work``.
+
+    Every input and output must have concrete dims and at least one element
+    (an empty op has no time to speak of, and a rate over it divides by
+    zero), and ``input_copies`` copies of the inputs plus ``output_copies`` of
+    the outputs must fit in ``available`` bytes (default: the memory
+    available now, from psutil). Raises ShapeError naming the op.
+    """
+    op = get_op(op) if isinstance(op, str) else op
+    attrs, out_shapes, out_dtypes = op.check(shapes, dtypes, attrs)
+    for what, group in (("input", shapes), ("output", out_shapes)):
+        for i, s in enumerate(group):
+            if not all(isinstance(d, (int, np.integer)) for d in s):
+                raise ShapeError(f"got {what} {i} of shape {tuple(s)}, expected concrete dims to measure",
+                                 op=op.name, arg="shapes")
+            if 0 in tuple(s):
+                raise ShapeError(f"got {what} {i} of shape {tuple(s)} with no elements; a benchmark needs "
+                                 "at least one element in every input and output", op=op.name, arg="shapes")
+    need = input_copies * nbytes(shapes, dtypes) + output_copies * nbytes(out_shapes, out_dtypes)
+    if available is None:
+        import psutil
+
+        available = psutil.virtual_memory().available
+    if need > available:
+        raise ShapeError(f"measuring these shapes needs about {need / GIB:.1f} GiB ({input_copies} copies of the "
+                         f"inputs, {output_copies} of the outputs) but {available / GIB:.1f} GiB of memory is "
+                         "available; use smaller shapes", op=op.name, arg="shapes")
+    return work(op, shapes, dtypes, attrs)

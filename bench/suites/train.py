@@ -1,0 +1,94 @@
+"""The train suite: one synchronized training step, kiln against PyTorch eager.
+
+kiln's step pushes its kernels to the dependency engine and would return
+before they ran; ``kiln_step`` ends by waiting for every pushed kernel
+(``wait_for_all``) and reading the loss, so the timed region holds the whole
+step. PyTorch's step ends with ``loss.item()``. Both sides run the same model
+(the twin has kiln's weights), the same batch, the same thread count.
+"""
+from __future__ import annotations
+
+from typing import Callable
+
+import numpy as np
+
+from ... import nn
+from ...nn import optim
+from ...nn.tensor import Tensor
+from ...nn.train import build_model
+from ...runtime import engine
+from ..rows import make_row
+from ..timing import calls_sampler, compare
+from ..twins import torch_twin
+
+TARGET = 1.0  # kiln's step at least as fast as PyTorch's
+
+
+def _mlp784():
+    return nn.Sequential(nn.Linear(784, 512), nn.ReLU(), nn.Linear(512, 10))
+
+
+def _cnn28():
+    return nn.Sequential(nn.Conv(1, 16, 3), nn.ReLU(), nn.Conv(16, 32, 3), nn.ReLU(), nn.GlobalAvgPool2d(),
+                         nn.Linear(32, 10))
+
+
+# name: (model factory, input shape with the batch, SGD momentum)
+CASES = {
+    "MLP 784-512-10, batch 128, SGD": (_mlp784, (128, 784), 0.0),
+    "CNN conv16-conv32-pool-linear 1x28x28, batch 64, SGD": (_cnn28, (64, 1, 28, 28), 0.0),
+    "zoo cnn 1x8x8, batch 64, SGD momentum 0.9": (lambda: build_model("cnn", (1, 8, 8), 10), (64, 1, 8, 8), 0.9),
+}
+QUICK = {"zoo mlp 1x8x8, batch 16, SGD": (lambda: build_model("mlp", (1, 8, 8), 10), (16, 1, 8, 8), 0.0)}
+LR = 0.01
+
+
+def kiln_step(model, x: np.ndarray, y: np.ndarray, momentum: float = 0.0) -> Callable[[], float]:
+    """One SGD step of ``model`` on ``(x, y)``; returns once every kernel of the step has run."""
+    opt = optim.SGD(model.parameters(), lr=LR, momentum=momentum)
+    loss_fn, xt, yt = nn.SoftmaxLoss(), Tensor(x), Tensor(y)
+    eng = engine.default()
+
+    def step() -> float:
+        opt.zero_grad()
+        loss = loss_fn(model(xt), yt)
+        loss.backward()
+        opt.step()
+        eng.wait_for_all()  # the update's kernels too, not only the loss's
+        return float(loss.numpy())
+
+    return step
+
+
+def torch_step(torch, model, x: np.ndarray, y: np.ndarray, momentum: float = 0.0) -> Callable[[], float]:
+    opt = torch.optim.SGD(model.parameters(), lr=LR, momentum=momentum)
+    xt, yt = torch.from_numpy(x), torch.from_numpy(y.astype("int64"))
+
+    def step() -> float:
+        opt.zero_grad()
+        loss = torch.nn.functional.cross_entropy(model(xt), yt)
+        loss.backward()
+        opt.step()
+        return loss.item()
+
+    return step
+
+
+def run(context, repeat: int, quick: bool = False) -> list[dict]:
+    """The suite's rows (kiln's figures alone, with a note, without PyTorch)."""
+    torch = context.torch
+    rng = np.random.default_rng(0)
+    rows = []
+    for name, (make, shape, momentum) in (QUICK if quick else CASES).items():
+        nn.init.manual_seed(0)
+        model = make()
+        x = rng.random(shape, dtype=np.float32)
+        y = rng.integers(0, 10, shape[0]).astype("int32")
+        samplers = {}
+        if torch is not None:  # the twin copies the weights before kiln trains them
+            samplers["ref"] = calls_sampler(torch_step(torch, torch_twin(model).train(), x, y, momentum))
+        samplers = {"kiln": calls_sampler(kiln_step(model.train(), x, y, momentum)), **samplers}
+        sides = compare(samplers, repeat)
+        rows.append(make_row(f"train step: {name}", "ms", sides["kiln"], "PyTorch eager", sides.get("ref"), TARGET,
+                             note=None if torch is not None else "PyTorch is not installed: no ratio"))
+    return rows
