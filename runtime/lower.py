@@ -16,6 +16,7 @@ from ..errors import BuildError, KilnError, ShapeError
 from ..schedules import Config, lookup
 from ..schedules.cuda.check import check_resources
 from ..schedules.dispatch import template_name
+from ..schedules.generic import schedule_empty
 from ..te.shapes import same_dim, shape_str
 
 
@@ -56,6 +57,12 @@ def schedule(op, func, out_block: str, shapes, dtypes, attrs, target, config=Non
     sch = tvm.s_tir.Schedule(func)
     cfg = Config(target, dict(config or {}),
                  workload={"op": op.name, "attrs": dict(attrs), "shapes": list(shapes), "dtypes": list(dtypes)})
+    if _has_zero_dim(func):  # no element to compute: the declared loops are the whole kernel
+        if target.kind == "cuda":
+            raise ShapeError("got a zero-size dim, which CUDA kernels do not support (the CPU does)", op=op.name,
+                             arg="shapes")
+        schedule_empty(sch)
+        return Lowered(sch, cfg, "generic.schedule_empty")
     template = lookup(op, target.kind)
     try:
         block = sch.get_sblock(out_block)
@@ -69,6 +76,12 @@ def schedule(op, func, out_block: str, shapes, dtypes, attrs, target, config=Non
     if target.kind == "cuda":  # over the per-block limits: rejected here, before anything is compiled
         check_resources(sch.mod, target, op.name)
     return Lowered(sch, cfg, template_name(template))
+
+
+def _has_zero_dim(func) -> bool:
+    """Whether an input or output has a static zero-size dim (templates split
+    and tile extents, which a zero cannot be)."""
+    return any(isinstance(d, tvm.tirx.IntImm) and d.value == 0 for p in func.params for d in getattr(p, "shape", ()))
 
 
 def compile_lowered(op, lowered: Lowered, target):

@@ -144,6 +144,16 @@ def _rfactor(sch, block, spatial, reduce, red_n, lanes, par, cfg, prefix):
     sch.decompose_reduction(rf, r_outer)
 
 
+def schedule_empty(sch) -> None:
+    """Shapes with a zero-size dim: nothing to tile (a zero extent cannot be
+    split); each reduction's init is taken out of its loops, which may not run
+    (a sum over an empty axis is 0)."""
+    for b in blocks(sch):
+        if is_reduction(sch, b):
+            first = next(lp for lp, red in zip(sch.get_loops(b), iter_kinds(sch, b)) if red)
+            sch.decompose_reduction(b, first)
+
+
 @register_template("cpu", families=("dynamic",))
 def schedule_serial(sch, block, cfg: Config) -> None:
     """Data-dependent ops (``masked_select``...): the compaction is one serial

@@ -1,5 +1,25 @@
 """Operators declared once, as TVM tensor expressions, with their shape, dtype
-and gradient rules. ``get_op(name)`` and ``list_ops()`` expose the registry."""
+and gradient rules. ``get_op(name)`` and ``list_ops()`` expose the registry.
+
+Rules every op follows (numpy's, so the numpy references in the tests agree):
+
+- Promotion: an op of several inputs computes in and returns numpy's
+  ``result_type`` of their dtypes (``shapes.promote``): float32 with float64
+  is float64, int32 with float32 is float64, bool with int32 is int32. An op
+  that only computes floats refuses an integer result (``power`` of two int
+  tensors) with DTypeError. Python scalars follow NEP 50 (they do not widen).
+  Gradients come back in each input's own dtype.
+- NaN propagates wherever numpy's does (``relu``, ``maximum``, ``sign``,
+  ``max``, max pooling, softmax...; ``nanmath``); comparisons with NaN are
+  false and NaN is nonzero, as in numpy.
+- Dims are ints >= 0 (numpy ints accepted) or symbolic, and a tensor's element
+  count fits int64; anything else is a ShapeError naming the op and input.
+- Zero-size dims compute numpy's result (an empty array, a sum of nothing is
+  0, a mean NaN) on the CPU. They are refused with ShapeError where numpy
+  raises (a max or softmax over a zero-length axis), where an op needs an
+  element (windows of conv2d and pooling, the cross-entropy's N and C, the
+  data-dependent ops' input) and on CUDA.
+"""
 from .attrs import Attr
 from .registry import Op, call, get_op, list_ops, register
 from .shapes import DTYPES, Bounded, sym

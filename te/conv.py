@@ -15,10 +15,11 @@ from __future__ import annotations
 import numpy as np
 from tvm import te, tirx
 
-from ..errors import DTypeError, ShapeError
+from ..errors import ShapeError
 from . import attrs as A
+from .grad import as_dtype
 from .registry import Op, call, register
-from .shapes import FLOATS, dtype_of, is_static, same_dim, shape_str, size, static
+from .shapes import FLOATS, dtype_of, is_static, promote, same_dim, shape_str, size, static
 
 LAYOUT = A.Attr(A.one_of("NCHW", "NHWC"), default="NCHW", doc="NCHW (weights OIHW) or NHWC (weights HWIO)")
 
@@ -123,12 +124,11 @@ class Conv2d(Op):
         return join_nchw(layout, n, o, oh, ow)
 
     def infer_dtype(self, x, w, **attrs):
-        if x != w:
-            raise DTypeError(f"got x {x} and w {w}, expected the same dtype", op=self.name, arg="w")
-        return x
+        return promote(self.name, x, w)
 
     def compute(self, x, w, layout, stride, padding, dilation):
         out = self.infer_shape(tuple(x.shape), tuple(w.shape), layout, stride, padding, dilation)
+        dt = promote(self.name, dtype_of(x), dtype_of(w))
         xp = pad_spatial(x, layout, padding, tirx.const(0, dtype_of(x)), "conv2d_pad")
         _, ci, kh, kw = _kernel_dims(tuple(w.shape), layout)
         rc, ry, rx = te.reduce_axis((0, ci), "rc"), te.reduce_axis((0, kh), "ry"), te.reduce_axis((0, kw), "rx")
@@ -138,7 +138,7 @@ class Conv2d(Op):
             n, o, i, j = split_nchw(idx, layout)
             xv = xp(*join_nchw(layout, n, rc, i * sh + ry * dh, j * sw + rx * dw))
             wv = w[o, rc, ry, rx] if layout == "NCHW" else w[ry, rx, rc, o]
-            return te.sum(xv * wv, axis=[rc, ry, rx])
+            return te.sum(xv.astype(dt) * wv.astype(dt), axis=[rc, ry, rx])
 
         return te.compute(out, body, name=self.name, tag=self.family)
 
@@ -156,7 +156,7 @@ class Conv2d(Op):
 
     def gradient(self, g, node):
         x, w = node.inputs
-        return _grad_x(g, x, w, **node.attrs), _grad_w(g, x, w, **node.attrs)
+        return as_dtype(_grad_x(g, x, w, **node.attrs), x.dtype), as_dtype(_grad_w(g, x, w, **node.attrs), w.dtype)
 
 
 def _conv_nchw(x, w, stride, padding, dilation):

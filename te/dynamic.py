@@ -17,7 +17,7 @@ from tvm import te, tirx
 from ..errors import DTypeError, ShapeError
 from . import nanmath
 from .registry import Op, call, register
-from .shapes import DTYPES, FLOATS, Bounded, NUMERIC, dtype_of, same_dim, shape_str, size, static
+from .shapes import DTYPES, FLOATS, Bounded, NUMERIC, dtype_of, index_dim, same_dim, shape_str, size, static
 
 
 def _flat(x, name: str):
@@ -29,8 +29,8 @@ def _flat(x, name: str):
     def at(i):
         idx = []
         for d in reversed(shape):
-            idx.append(tirx.floormod(i, d))
-            i = tirx.floordiv(i, d)
+            idx.append(tirx.floormod(i, index_dim(d)))
+            i = tirx.floordiv(i, index_dim(d))
         return x(*reversed(idx))
 
     return te.compute((size(shape),), at, name=name, tag="injective")
@@ -77,6 +77,10 @@ class DataDependent(Op):
         n = size(x)
         if not isinstance(n, int):
             raise ShapeError(f"got x {shape_str(x)}, expected static dims (the output's bound)", op=self.name,
+                             arg="x")
+        if n == 0:  # the compaction's kernel cannot run on no storage: say so rather than return garbage
+            dim = next(k for k, d in enumerate(x) if static(d) == 0)
+            raise ShapeError(f"got x {shape_str(x)}: dim {dim} is 0, expected at least one element", op=self.name,
                              arg="x")
         return n
 
@@ -203,8 +207,8 @@ class Nonzero(DataDependent):
             def write(i, k):
                 stores, rest = [], i
                 for axis in reversed(range(ndim)):
-                    stores.append(_store(out, tirx.floormod(rest, shape[axis]), k, axis))
-                    rest = tirx.floordiv(rest, shape[axis])
+                    stores.append(_store(out, tirx.floormod(rest, index_dim(shape[axis])), k, axis))
+                    rest = tirx.floordiv(rest, index_dim(shape[axis]))
                 return tirx.SeqStmt(stores) if len(stores) > 1 else stores[0]
 
             keep = (lambda i: _load(xs, i)) if is_bool else (lambda i: nanmath.nonzero(_load(xs, i)))

@@ -17,7 +17,7 @@ from . import attrs as A
 from . import fastmath, nanmath
 from .grad import cast_like, unbroadcast
 from .registry import Op, call, register
-from .shapes import FLOATS, NUMERIC, broadcast_index, broadcast_shapes, dtype_of, float_of, result_type, size
+from .shapes import FLOATS, NUMERIC, broadcast_index, broadcast_shapes, dtype_of, float_of, promote, size
 
 
 def _map(x, fn, name, dtype):
@@ -206,7 +206,7 @@ class Binary(Op):
         return broadcast_shapes(self.name, a, b)
 
     def infer_dtype(self, a, b):
-        return result_type(a, b)
+        return promote(self.name, a, b)
 
     def compute(self, a, b):
         shape = broadcast_shapes(self.name, tuple(a.shape), tuple(b.shape))
@@ -238,7 +238,7 @@ class Add(Binary):
 
     def gradient(self, g, node):
         a, b = node.inputs
-        return unbroadcast(g, a.shape), unbroadcast(g, b.shape)
+        return unbroadcast(g, a.shape, a.dtype), unbroadcast(g, b.shape, b.dtype)
 
 
 @register
@@ -251,7 +251,7 @@ class Subtract(Binary):
 
     def gradient(self, g, node):
         a, b = node.inputs
-        return unbroadcast(g, a.shape), unbroadcast(call("negate", g), b.shape)
+        return unbroadcast(g, a.shape, a.dtype), unbroadcast(call("negate", g), b.shape, b.dtype)
 
 
 @register
@@ -264,7 +264,8 @@ class Multiply(Binary):
 
     def gradient(self, g, node):
         a, b = node.inputs
-        return unbroadcast(call("multiply", g, b), a.shape), unbroadcast(call("multiply", g, a), b.shape)
+        return (unbroadcast(call("multiply", g, b), a.shape, a.dtype),
+                unbroadcast(call("multiply", g, a), b.shape, b.dtype))
 
 
 @register
@@ -275,7 +276,7 @@ class Divide(Binary):
     reference = staticmethod(np.true_divide)
 
     def infer_dtype(self, a, b):
-        return float_of(result_type(a, b))
+        return float_of(promote(self.name, a, b))
 
     def expr(self, a, b):
         return a / b
@@ -284,7 +285,7 @@ class Divide(Binary):
         a, b = node.inputs
         ga = call("divide", g, b)
         gb = call("negate", call("divide", call("multiply", g, node), b))
-        return unbroadcast(ga, a.shape), unbroadcast(gb, b.shape)
+        return unbroadcast(ga, a.shape, a.dtype), unbroadcast(gb, b.shape, b.dtype)
 
 
 @register
@@ -292,8 +293,10 @@ class Power(Binary):
     name = "power"
     grad_inputs = (0, 1)
     grad_output = True
-    dtypes = FLOATS
     reference = staticmethod(np.power)
+
+    def infer_dtype(self, a, b):
+        return promote(self.name, a, b, allowed=FLOATS)  # pow of two ints is not computed
 
     @staticmethod
     def expr(a, b):
@@ -306,7 +309,7 @@ class Power(Binary):
         a, b = node.inputs
         ga = call("multiply", g, call("multiply", b, call("power", a, call("add_scalar", b, scalar=-1.0))))
         gb = call("multiply", g, call("multiply", node, call("log", a)))
-        return unbroadcast(ga, a.shape), unbroadcast(gb, b.shape)
+        return unbroadcast(ga, a.shape, a.dtype), unbroadcast(gb, b.shape, b.dtype)
 
 
 @register
@@ -322,7 +325,7 @@ class Maximum(Binary):
         mask = call("greater_equal", a, b)
         ga = call("multiply", g, cast_like(mask, g))
         gb = call("subtract", g, ga)
-        return unbroadcast(ga, a.shape), unbroadcast(gb, b.shape)
+        return unbroadcast(ga, a.shape, a.dtype), unbroadcast(gb, b.shape, b.dtype)
 
 
 class Compare(Binary):
@@ -333,7 +336,7 @@ class Compare(Binary):
         return "bool"
 
     def work_dtype(self, out, a, b):
-        return result_type(a, b)
+        return promote(self.name, a, b)
 
 
 @register

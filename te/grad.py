@@ -5,8 +5,17 @@ from .registry import call
 from .shapes import is_static, static
 
 
-def unbroadcast(grad, shape):
-    """Sum ``grad`` over the axes numpy broadcasting added to reach ``shape``."""
+def as_dtype(grad, dtype: str):
+    """``grad`` in its input's ``dtype``: an op that promoted a float32 input
+    to float64 gives it a float32 gradient, as PyTorch does."""
+    return grad if grad.dtype == dtype else call("cast", grad, dtype=dtype)
+
+
+def unbroadcast(grad, shape, dtype: str | None = None):
+    """Sum ``grad`` over the axes numpy broadcasting added to reach ``shape``
+    (and cast it to ``dtype`` when given: the input's, for a float input)."""
+    if dtype is not None and dtype.startswith("float"):
+        grad = as_dtype(grad, dtype)
     shape = tuple(shape)
     gshape = tuple(grad.shape)
     if len(gshape) == len(shape) and all(_same(a, b) for a, b in zip(gshape, shape)):

@@ -5,10 +5,10 @@ from __future__ import annotations
 import numpy as np
 from tvm import te, tirx
 
-from ..errors import AttrError, DTypeError, ShapeError
+from ..errors import AttrError, ShapeError
 from . import attrs as A
 from .registry import Op, call, register
-from .shapes import dtype_of, is_static, normalize_axis, result_type, same_dim, shape_str, static
+from .shapes import dtype_of, is_static, normalize_axis, promote, same_dim, shape_str, static
 
 
 def _index(op: str, name: str, value):
@@ -142,9 +142,7 @@ class _Join(Op):
     attrs = {"axis": A.Attr(A.integer, default=0, doc="the axis to join along")}
 
     def infer_dtype(self, *dtypes, axis):
-        if len(set(dtypes)) > 1 and "bool" in dtypes:
-            raise DTypeError(f"got {', '.join(dtypes)}, expected matching dtypes", op=self.name, arg="dtypes")
-        return result_type(*dtypes)
+        return promote(self.name, *dtypes)
 
     def pick(self, xs, offsets, axis, i, dt):
         """x_k[i with i[axis] - offsets[k]] for the k whose range holds i[axis]

@@ -14,9 +14,9 @@ from tvm import te, tirx
 from ..errors import AttrError, ShapeError
 from . import attrs as A
 from . import nanmath
-from .grad import cast_like, unbroadcast
+from .grad import as_dtype, cast_like, unbroadcast
 from .registry import Op, call, register
-from .shapes import (FLOATS, NUMERIC, broadcast_index, broadcast_shapes, dtype_of, result_type, same_dim,
+from .shapes import (FLOATS, NUMERIC, broadcast_index, broadcast_shapes, dtype_of, promote, same_dim,
                      shape_str, size, static)
 
 
@@ -77,10 +77,10 @@ class Matmul(Op):
         return tuple(batch) + (() if a_vec else (m,)) + (() if b_vec else (n,))
 
     def infer_dtype(self, a, b, **attrs):
-        return result_type(a, b)
+        return promote(self.name, a, b)
 
     def compute(self, a, b, transpose_a, transpose_b):
-        dt = result_type(dtype_of(a), dtype_of(b))
+        dt = promote(self.name, dtype_of(a), dtype_of(b))
         a_vec, b_vec = len(a.shape) == 1, len(b.shape) == 1
         if not (a_vec or b_vec):
             return matmul_expr(a, b, dt, self.name, transpose_a, transpose_b)
@@ -120,7 +120,7 @@ class Matmul(Op):
         else:
             ga = call("matmul", b, g, transpose_a=True, transpose_b=True)
             gb = call("matmul", g, a, transpose_a=True, transpose_b=True)
-        return unbroadcast(ga, a.shape), unbroadcast(gb, b.shape)
+        return unbroadcast(ga, a.shape, a.dtype), unbroadcast(gb, b.shape, b.dtype)
 
     @staticmethod
     def _vector_gradient(g, a, b):
@@ -131,8 +131,8 @@ class Matmul(Op):
         g2 = call("reshape", g, shape=out2)
         ga = call("matmul", g2, b2, transpose_b=True)
         gb = call("matmul", a2, g2, transpose_a=True)
-        return (call("reshape", unbroadcast(ga, a2.shape), shape=tuple(a.shape)),
-                call("reshape", unbroadcast(gb, b2.shape), shape=tuple(b.shape)))
+        return (call("reshape", unbroadcast(ga, a2.shape, a.dtype), shape=tuple(a.shape)),
+                call("reshape", unbroadcast(gb, b2.shape, b.dtype), shape=tuple(b.shape)))
 
 
 @register
@@ -161,10 +161,10 @@ class Dense(Op):
         return (x[0], w[1])
 
     def infer_dtype(self, x, w, b, relu):
-        return result_type(x, w, b)
+        return promote(self.name, x, w, b)
 
     def compute(self, x, w, b, relu):
-        dt = result_type(dtype_of(x), dtype_of(w), dtype_of(b))
+        dt = promote(self.name, dtype_of(x), dtype_of(w), dtype_of(b))
         acc = matmul_expr(x, w, dt, "dense_matmul")
 
         def epilogue(i, j):
@@ -188,4 +188,4 @@ class Dense(Op):
             g = call("multiply", g, cast_like(call("greater_scalar", node, scalar=0), g))
         gx = call("matmul", g, w, transpose_b=True)
         gw = call("matmul", x, g, transpose_a=True)
-        return gx, gw, call("sum", g, axis=0)
+        return as_dtype(gx, x.dtype), as_dtype(gw, w.dtype), as_dtype(call("sum", g, axis=0), b.dtype)

@@ -17,7 +17,7 @@ from . import attrs as A
 from . import nanmath
 from .conv import window_out
 from .registry import Op, call, register
-from .shapes import FLOATS, dtype_of, shape_str, size, static
+from .shapes import FLOATS, dtype_of, promote, shape_str, size, static
 
 POOL_ATTRS = {
     "kernel": A.Attr(A.int_tuple(2, minimum=1), doc="(h, w) window"),
@@ -195,14 +195,14 @@ class MaxPool2dGrad(_PoolGrad):
         return x
 
     def infer_dtype(self, x, g, **attrs):
-        return g
+        return promote(self.name, x, g)
 
     def compute(self, x, g, **attrs):
         first = _first_max(x, self.name, attrs)
         r, windows = self.cover(tuple(x.shape), attrs)
         (ha, wa), kw = _axes(attrs["layout"]), attrs["kernel"][1]
         (ph, pw), (sh, sw) = attrs["padding"], attrs["stride"] or attrs["kernel"]
-        dt = dtype_of(g)
+        dt = promote(self.name, dtype_of(x), dtype_of(g))
 
         def body(*i):
             o, ok = windows(i)
@@ -211,16 +211,18 @@ class MaxPool2dGrad(_PoolGrad):
             # i's position inside window o, numbered as _first_max numbers it.
             at = (i[ha] + ph - o[ha] * sh) * kw + (i[wa] + pw - o[wa] * sw)
             hit = tirx.all(ok, first(*safe) == at)
-            return te.sum(tirx.if_then_else(hit, g(*safe), tirx.const(0, dt)), axis=r)
+            return te.sum(tirx.if_then_else(hit, g(*safe).astype(dt), tirx.const(0, dt)), axis=r)
 
         return te.compute(tuple(x.shape), body, name=self.name, tag=self.family)
 
     def reference(self, x, g, **attrs):
+        if x.size == 0:
+            return np.zeros(x.shape, np.result_type(x, g))
         win = _windows_np(x, fill=-np.inf, **attrs)  # (N, C, OH, OW, KH, KW)
         ky, kx = np.divmod(win.reshape(win.shape[:4] + (-1,)).argmax(axis=-1), attrs["kernel"][1])
         (ph, pw), (sh, sw) = attrs["padding"], attrs["stride"] or attrs["kernel"]
         n, c, oy, ox = np.indices(ky.shape, sparse=True)
-        out = np.zeros(win.shape[:2] + _spatial(x.shape, attrs["layout"]), g.dtype)
+        out = np.zeros(win.shape[:2] + _spatial(x.shape, attrs["layout"]), np.result_type(x, g))
         np.add.at(out, (n, c, oy * sh - ph + ky, ox * sw - pw + kx), _to_nchw(g, attrs["layout"]))
         return _to_layout(out, attrs["layout"])
 

@@ -134,6 +134,8 @@ class Mean(Reduction):
         out_shape, raxes, index = self.reduce_loops(x, axis, keepdims)
         acc = te.compute(out_shape, lambda *i: te.sum(x(*index(i)).astype(dt), axis=raxes) if raxes
                          else x(*index(i)).astype(dt), name="mean_sum", tag=self.family)
+        if is_static(count) and static(count) == 0:  # the mean of nothing is NaN, as numpy's
+            return te.compute(out_shape, lambda *i: tirx.const(float("nan"), dt), name=self.name, tag=self.family)
         return te.compute(out_shape, lambda *i: acc(*i) / tirx.Cast(dt, count), name=self.name, tag=self.family)
 
     def reference(self, x, axis, keepdims):

@@ -12,7 +12,7 @@ from ..errors import ShapeError
 from . import attrs as A
 from .grad import unbroadcast
 from .registry import Op, call, register
-from .shapes import (broadcast_index, broadcast_shapes, canonical, dtype_of, is_static, normalize_axes, shape_str,
+from .shapes import (broadcast_index, broadcast_shapes, canonical, dtype_of, index_dim, is_static, normalize_axes, shape_str,
                      size, static)
 
 
@@ -32,8 +32,8 @@ def _unravel(flat, shape):
     """Row-major indices of flat offset ``flat`` in ``shape``."""
     idx = []
     for d in reversed(shape):
-        idx.append(tirx.floormod(flat, d))
-        flat = tirx.floordiv(flat, d)
+        idx.append(tirx.floormod(flat, index_dim(d)))
+        flat = tirx.floordiv(flat, index_dim(d))
     return list(reversed(idx))
 
 

@@ -65,17 +65,28 @@ def static(dim):
     return dim
 
 
+#: the largest dim, and the most elements of one tensor: TVM indexes with int64.
+INT64_MAX = 2**63 - 1
+
+
 def canonical(shape: Iterable, op: str = "?", arg: str = "shape") -> Shape:
-    """A tuple of dims (ints >= 0 or symbolic expressions)."""
+    """A tuple of dims (ints >= 0, numpy ints accepted, or symbolic expressions)
+    whose static dims multiply to a count that fits int64."""
     try:
-        dims = tuple(static(d) for d in shape)
+        raw = tuple(shape)
     except TypeError:
         raise ShapeError(f"got {shape!r}, expected a sequence of dims", op=op, arg=arg) from None
-    for d in dims:
-        if isinstance(d, bool) or (isinstance(d, int) and d < 0):
-            raise ShapeError(f"got {shape!r}, expected dims >= 0", op=op, arg=arg)
-        if not isinstance(d, (int, tirx.Expr)):
+    dims = tuple(static(d) for d in raw)
+    for k, (r, d) in enumerate(zip(raw, dims)):
+        if isinstance(r, (bool, np.bool_)) or not isinstance(d, (int, tirx.Expr)):
             raise ShapeError(f"got {shape!r}, expected ints or symbolic dims", op=op, arg=arg)
+        if isinstance(d, int) and not 0 <= d <= INT64_MAX:
+            raise ShapeError(f"got {shape!r}: dim {k} is {d}, expected 0 <= dim <= 2**63 - 1", op=op, arg=arg)
+    total = 1
+    for d in dims:
+        total *= d if isinstance(d, int) else 1
+    if total > INT64_MAX:
+        raise ShapeError(f"got {shape!r}: {total} elements, more than 2**63 - 1", op=op, arg=arg)
     return dims
 
 
@@ -85,6 +96,12 @@ def same_dim(a, b) -> bool:
     if is_static(a) or is_static(b):
         return False
     return a.same_as(b) or str(a) == str(b)
+
+
+def index_dim(dim):
+    """``dim`` for index arithmetic (``floormod(i, dim)``): a zero dim as 1. A
+    tensor with a zero dim is never indexed, but TVM folds ``i % 0`` at once."""
+    return 1 if is_static(dim) and static(dim) == 0 else dim
 
 
 def size(shape: Sequence):
@@ -163,6 +180,20 @@ def result_type(*dtypes_or_scalars) -> str:
     """
     args = [a if isinstance(a, (bool, int, float)) else np.dtype(str(a)) for a in dtypes_or_scalars]
     return str(np.result_type(*args))
+
+
+def promote(op: str, *dtypes: str, allowed: Sequence[str] | None = None) -> str:
+    """The dtype an op of several inputs computes in and returns: numpy's
+    ``result_type`` of its inputs' dtypes. This is the one promotion rule of
+    kiln's multi-input ops (binary elementwise ops, comparisons' operands,
+    matmul, dense, conv2d, power, stack/concatenate). ``allowed``: the result
+    dtypes the op can compute; another raises DTypeError.
+    """
+    out = result_type(*dtypes)
+    if allowed is not None and out not in allowed:
+        raise DTypeError(f"got {', '.join(dtypes)}, which promote to {out}; expected a result in "
+                         f"{', '.join(allowed)} (cast an input)", op=op, arg="dtypes")
+    return out
 
 
 def dtype_of(value) -> str:
