@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import argparse
 import importlib
+import os
 import pkgutil
 import sys
 
@@ -19,6 +20,7 @@ import tvm
 
 from .. import __version__, config
 from ..errors import KilnError
+from .args import KilnArgumentParser
 
 HELPERS = {"args", "__main__"}  # modules of this package that are not subcommands
 
@@ -29,7 +31,7 @@ def version_text() -> str:
 
 
 def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(prog="kiln", description="kiln: a tensor-expression compiler for deep learning")
+    parser = KilnArgumentParser(prog="kiln", description="kiln: a tensor-expression compiler for deep learning")
     parser.add_argument("--version", action="version", version=version_text(),
                         help="print kiln's and TVM's versions and exit")
     subparsers = parser.add_subparsers(dest="command", metavar="COMMAND")
@@ -45,7 +47,17 @@ def main(argv: list[str] | None = None) -> int:
         # first: a bad environment variable is a usage error, and some help texts show configured paths
         config.check()
         args = build_parser().parse_args(argv)
-        return args.func(args) or 0
+        status = args.func(args) or 0
+        sys.stdout.flush()  # a closed pipe shows up here, not at interpreter exit
+        return status
+    except BrokenPipeError:
+        # the reader left (`kiln predict ... | head`): stop quietly, as `cat` does, with the status
+        # a shell reports for a SIGPIPE death (128 + 13) so `set -o pipefail` still sees the cut
+        try:
+            os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+        except (OSError, ValueError):
+            pass
+        return 141
     except KilnError as exc:
         print(f"kiln: error: {exc}", file=sys.stderr)
         return 2

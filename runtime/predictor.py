@@ -55,7 +55,9 @@ class Predictor:
     def __call__(self, x) -> np.ndarray:
         x = np.asarray(x)
         if str(x.dtype) != self.input_dtype:
-            raise DTypeError(f"got {x.dtype}, expected {self.input_dtype}", op="Predictor", arg="x")
+            raise DTypeError(f"got {x.dtype}, expected {self.input_dtype}: the model was exported for "
+                             f"{self.input_dtype} (convert with x.astype({self.input_dtype!r}))", op="Predictor",
+                             arg="x")
         want = self.input_shape
         if x.ndim != len(want) or any(w is not None and w != g for w, g in zip(want, x.shape)) or x.shape[0] < 1:
             shown = "(" + ", ".join("N" if w is None else str(w) for w in want) + ")"
