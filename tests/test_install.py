@@ -2,7 +2,7 @@
 else, the CPU-only xgboost, one version constant, ``kiln --version`` and
 ``python -m kiln``. (``.ci/run`` also installs the wheel in a clean
 environment and runs ``kiln ops`` outside the source tree.)"""
-import importlib.util
+import importlib.metadata
 import re
 import shutil
 import subprocess
@@ -22,13 +22,23 @@ LEFT_OUT = shutil.ignore_patterns(".git", ".venv", "build", "dist", "*.egg-info"
                                   ".pytest_cache")
 
 
+def setuptools_here_builds_wheels() -> bool:
+    """setuptools 70.1+ builds wheels itself; an older one (a Python 3.11 venv
+    ships 65.5) needs the `wheel` package, so pip must fetch a build environment."""
+    try:
+        version = importlib.metadata.version("setuptools")
+    except importlib.metadata.PackageNotFoundError:
+        return False
+    return tuple(int(x) for x in re.findall(r"\d+", version)[:2]) >= (70, 1)
+
+
 @pytest.fixture(scope="module")
 def wheel(tmp_path_factory):
     """A wheel built from a copy of the tree (a build leaves files beside the sources)."""
     tmp = tmp_path_factory.mktemp("wheel")
     src = tmp / "src"
     shutil.copytree(ROOT, src, ignore=LEFT_OUT)
-    isolation = [] if importlib.util.find_spec("setuptools") is None else ["--no-build-isolation"]
+    isolation = ["--no-build-isolation"] if setuptools_here_builds_wheels() else []
     res = subprocess.run([sys.executable, "-m", "pip", "wheel", "--quiet", "--no-deps", *isolation, "-w",
                           str(tmp / "dist"), str(src)], capture_output=True, text=True, timeout=300)
     assert res.returncode == 0, res.stderr
