@@ -176,3 +176,24 @@ def gradient_check(case: Case, seed: int = 0, eps: float = 1e-6) -> None:
             flat[j] = keep
             want.reshape(-1)[j] = (up - down) / (2 * eps)
         np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-6, err_msg=f"{case}: gradient of input {i}")
+
+
+def run_cli(argv, capsys) -> tuple[int, str, str]:
+    """``kiln argv`` in this process: (exit status, stdout, stderr)."""
+    from kiln.cli import main
+
+    try:
+        code = main(argv)
+    except SystemExit as exc:  # argparse's usage errors exit from parse_args
+        code = exc.code
+    out, err = capsys.readouterr()
+    return code, out, err
+
+
+def cli_error(capsys, argv, needle: str) -> str:
+    """``kiln argv`` exits 2 with one ``kiln: error:`` line naming ``needle``; returns the line."""
+    code, _, err = run_cli(argv, capsys)
+    assert code == 2, err
+    assert err.startswith("kiln: error:") and needle in err, err
+    assert "Traceback" not in err and err.count("\n") == 1, err
+    return err

@@ -12,6 +12,7 @@ import kiln
 from kiln.bench import reference, report, timing
 from kiln.cli import main
 from kiln.errors import KilnError
+from helpers import cli_error
 
 
 def scripted(values):
@@ -133,13 +134,7 @@ def test_bench_op_reports_both_sides_spread_and_blas(capsys, monkeypatch):
     (["bench", "relu", "--shape", "4", "--markdown", "x.md"], "--suite only"),
 ])
 def test_bench_refuses_with_one_line(capsys, argv, needle):
-    try:
-        status = main(argv)
-    except SystemExit as exc:  # argparse's usage errors (--repeat 0) exit from parse_args
-        status = exc.code
-    err = capsys.readouterr().err
-    assert status == 2 and err.startswith("kiln: error:") and needle in err, err
-    assert "Traceback" not in err and err.count("\n") == 1, err
+    cli_error(capsys, argv, needle)
 
 
 def test_memory_refusal_gives_both_figures():

@@ -7,11 +7,11 @@ import pytest
 
 import kiln
 from kiln import nn
-from kiln.cli import main
 from kiln.errors import AttrError, CheckpointError, ShapeError
 from kiln.nn.checkpoint import load_checkpoint, read_checkpoint, save_checkpoint
 from kiln.nn.train import build_model
 from kiln.runtime import Predictor
+from helpers import run_cli
 
 
 class Net(nn.Module):
@@ -29,13 +29,6 @@ class Net(nn.Module):
         return self.heads["main"](self.pair[1](x))
 
 
-def _cli(argv, capsys):
-    try:
-        code = main(argv)
-    except SystemExit as exc:  # argparse's own usage errors
-        code = exc.code
-    out, err = capsys.readouterr()
-    return code, out, err
 
 
 def test_names_follow_the_attribute_path_as_in_pytorch():
@@ -133,7 +126,7 @@ def test_a_python_model_exports_after_load_state_dict(tmp_path, capsys):
     trained = Net()
     trained.eval()
     ckpt = save_checkpoint(trained, tmp_path / "net.npz")
-    code, _, err = _cli(["export", str(ckpt), "--out", str(tmp_path / "net.so")], capsys)
+    code, _, err = run_cli(["export", str(ckpt), "--out", str(tmp_path / "net.so")], capsys)
     assert code == 2 and "cannot rebuild" in err and "load_state_dict" in err and "kiln.export" in err
 
     nn.init.manual_seed(4)
@@ -203,7 +196,7 @@ def _break(kind, ckpt):
 ])
 def test_export_names_what_is_wrong_with_which_file(tmp_path, capsys, kind, needle):
     path = _break(kind, _valid_checkpoint(tmp_path))
-    code, out, err = _cli(["export", str(path), "--out", str(tmp_path / "m.so")], capsys)
+    code, out, err = run_cli(["export", str(path), "--out", str(tmp_path / "m.so")], capsys)
     assert code == 2 and err.startswith("kiln: error:") and needle in err, err
     assert "Traceback" not in err and out == ""
     assert not (tmp_path / "m.so").exists()
@@ -212,10 +205,10 @@ def test_export_names_what_is_wrong_with_which_file(tmp_path, capsys, kind, need
 def test_export_refuses_an_unwritable_out_before_compiling(tmp_path, capsys):
     ckpt = _valid_checkpoint(tmp_path)
     (tmp_path / "out").mkdir()
-    code, _, err = _cli(["export", str(ckpt), "--out", str(tmp_path / "out")], capsys)
+    code, _, err = run_cli(["export", str(ckpt), "--out", str(tmp_path / "out")], capsys)
     assert code == 2 and "is a directory" in err and "--out" in err
     (tmp_path / "file").write_text("")
-    code, _, err = _cli(["export", str(ckpt), "--out", str(tmp_path / "file" / "m.so")], capsys)
+    code, _, err = run_cli(["export", str(ckpt), "--out", str(tmp_path / "file" / "m.so")], capsys)
     assert code == 2 and "is a file, not a folder" in err
     with pytest.raises(kiln.errors.OutputError, match="is a directory"):
         kiln.export(build_model("mlp", (64,), 10), np.zeros((1, 64), "float32"), tmp_path / "out")

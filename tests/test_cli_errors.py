@@ -16,19 +16,9 @@ import kiln
 from kiln import nn
 from kiln.autotune import Space, Task, records
 from kiln.cli import build_parser, main
+from helpers import cli_error, run_cli
 
 
-def _error(capsys, argv, needle):
-    """main(argv) exits 2 with one ``kiln: error:`` line naming ``needle``."""
-    try:
-        status = main(argv)
-    except SystemExit as exc:  # argparse's usage errors exit from parse_args
-        status = exc.code
-    err = capsys.readouterr().err
-    assert status == 2, err
-    assert err.startswith("kiln: error:") and needle in err, err
-    assert "Traceback" not in err and err.count("\n") == 1, err
-    return err
 
 
 @pytest.mark.parametrize("flag,value", [("--trials", "0"), ("--trials", "-3"), ("--batch", "0"),
@@ -37,13 +27,13 @@ def _error(capsys, argv, needle):
                                         ("--early-stopping", "-2"), ("--seed", "-1"), ("--seed", "x"),
                                         ("--tuner", "annealing")])
 def test_tune_refuses_nonsense_flag_values(capsys, flag, value):
-    _error(capsys, ["tune", "relu", "--shape", "64", flag, value], f"argument {flag}:")
+    cli_error(capsys, ["tune", "relu", "--shape", "64", flag, value], f"argument {flag}:")
 
 
 def test_argparse_errors_read_like_kiln_errors(capsys):
-    _error(capsys, ["tune", "relu", "--shape", "64", "--bogus"], "unrecognized arguments: --bogus")
-    _error(capsys, ["nope"], "invalid choice: 'nope'")
-    _error(capsys, ["predict", "m.so"], "--input")
+    cli_error(capsys, ["tune", "relu", "--shape", "64", "--bogus"], "unrecognized arguments: --bogus")
+    cli_error(capsys, ["nope"], "invalid choice: 'nope'")
+    cli_error(capsys, ["predict", "m.so"], "--input")
 
 
 @pytest.mark.parametrize("argv,needle", [
@@ -59,39 +49,35 @@ def test_argparse_errors_read_like_kiln_errors(capsys):
     (["show", "relu", "--shape", "-4"], "non-negative"),
 ])
 def test_tune_and_show_mistakes(capsys, argv, needle):
-    _error(capsys, argv, needle)
+    cli_error(capsys, argv, needle)
 
 
 @pytest.mark.skipif(tvm.cuda(0).exist, reason="a CUDA device is present: tuning for it can measure")
 def test_tune_for_cuda_without_a_gpu_is_refused_before_building(capsys):
-    _error(capsys, ["tune", "relu", "--shape", "64", "--target", "cuda"], "no CUDA device")
+    cli_error(capsys, ["tune", "relu", "--shape", "64", "--target", "cuda"], "no CUDA device")
 
 
 def test_tune_checks_output_paths_before_measuring(capsys, tmp_path):
-    _error(capsys, ["tune", "relu", "--shape", "64", "--records", str(tmp_path)], "is a directory")
+    cli_error(capsys, ["tune", "relu", "--shape", "64", "--records", str(tmp_path)], "is a directory")
     blocker = tmp_path / "file"
     blocker.write_text("")
-    _error(capsys, ["tune", "relu", "--shape", "64", "--records", str(blocker / "r.jsonl")], "cannot write")
-    _error(capsys, ["tune", "relu", "--shape", "64", "--plot", str(tmp_path / "missing" / "c.png")],
+    cli_error(capsys, ["tune", "relu", "--shape", "64", "--records", str(blocker / "r.jsonl")], "cannot write")
+    cli_error(capsys, ["tune", "relu", "--shape", "64", "--plot", str(tmp_path / "missing" / "c.png")],
            "not a writable folder")
-    _error(capsys, ["tune", "--plot", str(tmp_path / "c.png"), "--records", str(tmp_path / "none.jsonl")],
+    cli_error(capsys, ["tune", "--plot", str(tmp_path / "c.png"), "--records", str(tmp_path / "none.jsonl")],
            "no records file")
 
 
 def test_plot_hint_matches_the_readme(monkeypatch, capsys, tmp_path):
     monkeypatch.setitem(sys.modules, "matplotlib", None)  # as if the plot extra were not installed
-    err = _error(capsys, ["tune", "relu", "--shape", "64", "--plot", str(tmp_path / "c.png")], "matplotlib")
+    err = cli_error(capsys, ["tune", "relu", "--shape", "64", "--plot", str(tmp_path / "c.png")], "matplotlib")
     assert "pip install -e '.[plot]'" in err
     readme = open(os.path.join(os.path.dirname(kiln.__file__), "README.md")).read()
     assert "pip install -e '.[plot]'" in readme
 
 
 def test_show_zero_size_dims_never_pass_tvm_text_through(capsys):
-    try:
-        status = main(["show", "matmul", "--shape", "0x4x4"])
-    except SystemExit as exc:
-        status = exc.code
-    err = capsys.readouterr().err
+    status, _, err = run_cli(["show", "matmul", "--shape", "0x4x4"], capsys)
     assert status in (0, 2) and "Check failed" not in err and "Traceback" not in err, err
     assert status == 0 or err.startswith("kiln: error:")
 
@@ -105,11 +91,11 @@ def test_show_uses_a_records_file(capsys, tmp_path, monkeypatch):
     assert main(["show", "matmul", "--shape", "24x40x24", "--records", str(path), "--json"]) == 0
     info = json.loads(capsys.readouterr().out)
     assert info["tuned"] and info["config"]["tile_m"] == 2
-    _error(capsys, ["show", "matmul", "--shape", "24x40x24", "--records", str(tmp_path / "none.jsonl")],
+    cli_error(capsys, ["show", "matmul", "--shape", "24x40x24", "--records", str(tmp_path / "none.jsonl")],
            "does not exist")
     foreign = tmp_path / "notes.txt"
     foreign.write_text("not\na records file\n")
-    _error(capsys, ["show", "matmul", "--shape", "24x40x24", "--records", str(foreign)], "no valid tuning record")
+    cli_error(capsys, ["show", "matmul", "--shape", "24x40x24", "--records", str(foreign)], "no valid tuning record")
 
 
 def test_tune_summary_of_a_memory_bound_op_and_a_custom_records_file(capsys, tmp_path):
@@ -136,7 +122,7 @@ def _free_port() -> int:
 
 def test_tune_rpc_without_a_tracker_fails_in_seconds(capsys):
     start = time.monotonic()
-    _error(capsys, ["tune", "relu", "--shape", "64", "--rpc", f"127.0.0.1:{_free_port()}", "--key", "board"],
+    cli_error(capsys, ["tune", "relu", "--shape", "64", "--rpc", f"127.0.0.1:{_free_port()}", "--key", "board"],
            "no TVM RPC tracker answers")
     assert time.monotonic() - start < 15
 
@@ -179,8 +165,8 @@ def test_predict_reads_npy_and_single_array_npz(capsys, tmp_path, model):
     assert json.loads(capsys.readouterr().out) == want
     assert main(["predict", str(model), "--input", str(tmp_path / "two.npz"), "--key", "batch", "--json"]) == 0
     assert json.loads(capsys.readouterr().out) == want
-    _error(capsys, ["predict", str(model), "--input", str(tmp_path / "two.npz")], "--key NAME")
-    err = _error(capsys, ["predict", str(model), "--input", str(tmp_path / "two.npz"), "--key", "x"], "no array 'x'")
+    cli_error(capsys, ["predict", str(model), "--input", str(tmp_path / "two.npz")], "--key NAME")
+    err = cli_error(capsys, ["predict", str(model), "--input", str(tmp_path / "two.npz"), "--key", "x"], "no array 'x'")
     assert "batch, labels" in err
 
 
@@ -198,10 +184,10 @@ def test_predict_refuses_bad_inputs_and_models(capsys, tmp_path, model):
              ("objects.npy", "numeric array"), ("short.npy", "numeric array"), ("missing.npy", "cannot read"),
              ("f64.npy", "astype('float32')"), ("wide.npy", "expected (N, 8)")]
     for name, needle in cases:
-        _error(capsys, ["predict", str(model), "--input", str(tmp_path / name)], needle)
-    _error(capsys, ["predict", str(model), "--input", str(full), "--key", "x"], "a .npy file")
-    _error(capsys, ["predict", str(tmp_path / "none.so"), "--input", str(full)], "no file")
-    _error(capsys, ["predict", str(tmp_path / "text.npy"), "--input", str(full)], "not a loadable module")
+        cli_error(capsys, ["predict", str(model), "--input", str(tmp_path / name)], needle)
+    cli_error(capsys, ["predict", str(model), "--input", str(full), "--key", "x"], "a .npy file")
+    cli_error(capsys, ["predict", str(tmp_path / "none.so"), "--input", str(full)], "no file")
+    cli_error(capsys, ["predict", str(tmp_path / "text.npy"), "--input", str(full)], "not a loadable module")
 
 
 def test_output_cut_by_a_closed_pipe_exits_quietly():

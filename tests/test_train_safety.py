@@ -19,21 +19,15 @@ from kiln.errors import DataError
 from kiln.nn import data, train
 from kiln.nn.checkpoint import load_checkpoint
 from kiln.runtime import cache
+from helpers import run_cli
 
 
-def _cli(argv, capsys):
-    try:
-        code = main(argv)
-    except SystemExit as exc:  # argparse's own usage errors
-        code = exc.code
-    out, err = capsys.readouterr()
-    return code, out, err
 
 
 @pytest.mark.parametrize("argv", [["--epochs", "-3"], ["--epochs", "0"], ["--epochs", "2.5"], ["--batch-size", "0"],
                                   ["--lr", "-0.1"], ["--lr", "0"], ["--lr", "nan"], ["--lr", "inf"], ["--seed", "-1"]])
 def test_bad_numbers_are_refused(capsys, argv):
-    code, out, err = _cli(["train", *argv], capsys)
+    code, out, err = run_cli(["train", *argv], capsys)
     assert code == 2 and err.startswith("kiln: error:") and argv[0] in err and out == ""
 
 
@@ -88,7 +82,7 @@ def test_outputs_are_checked_before_the_first_epoch(tmp_path, capsys, monkeypatc
     if case == "read-only folder":
         _readonly_dir(tmp_path)
     compiled = cache.stats.compiled
-    code, out, err = _cli(["train", "--epochs", "1", *args], capsys)
+    code, out, err = run_cli(["train", "--epochs", "1", *args], capsys)
     assert code == 2 and err.startswith("kiln: error:") and needle in err, err
     assert out == "" and cache.stats.compiled == compiled, "the check must come before any training"
 
@@ -117,7 +111,7 @@ def test_labels_outside_the_classes_are_refused_before_training(tmp_path, capsys
     for split, n in (("train", 24), ("t10k", 12)):
         _write_idx(tmp_path / f"{split}-images-idx3-ubyte", rng.integers(0, 255, (n, 28, 28)), 2051)
         _write_idx(tmp_path / f"{split}-labels-idx1-ubyte", np.arange(n) % 12, 2049)  # labels 0..11
-    code, out, err = _cli(["train", "--dataset", "mnist", "--data-dir", str(tmp_path), "--epochs", "1"], capsys)
+    code, out, err = run_cli(["train", "--dataset", "mnist", "--data-dir", str(tmp_path), "--epochs", "1"], capsys)
     assert code == 2 and err.startswith("kiln: error:") and out == ""
     assert "mnist training set" in err and "10, 11 (4 samples)" in err and "[0, 10) for 10 classes" in err
 
