@@ -336,7 +336,8 @@ class Compare(Binary):
         return "bool"
 
     def work_dtype(self, out, a, b):
-        return promote(self.name, a, b)
+        work = promote(self.name, a, b)
+        return "int8" if work == "bool" else work  # LLVM compares i1 values only as integers
 
 
 @register

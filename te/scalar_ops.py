@@ -94,3 +94,6 @@ MaximumScalar = _scalar_op(Maximum, lambda self, g, node: (call("multiply", g, c
 EqualScalar = _scalar_op(Equal)
 GreaterEqualScalar = _scalar_op(GreaterEqual)
 GreaterScalar = _scalar_op(Greater)
+# ``scalar >= x`` and ``scalar > x``: what ``x <= scalar`` and ``x < scalar`` are
+RGreaterEqualScalar = _scalar_op(GreaterEqual, reverse=True)
+RGreaterScalar = _scalar_op(Greater, reverse=True)

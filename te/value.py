@@ -61,7 +61,7 @@ class ValueOps:
             a, b = (other, self) if reverse else (self, other)
             return call(name, a, b)
         if isinstance(other, numbers.Number):
-            if reverse and name in ("subtract", "divide"):
+            if reverse and name in ("subtract", "divide", "greater", "greater_equal"):
                 return call("r" + name + "_scalar", self, scalar=other)
             return call(name + "_scalar", self, scalar=other)
         return NotImplemented
@@ -84,6 +84,8 @@ class ValueOps:
 
     __ge__ = lambda self, o: self._binary(o, "greater_equal")  # noqa: E731
     __gt__ = lambda self, o: self._binary(o, "greater")  # noqa: E731
+    __le__ = lambda self, o: self._binary(o, "greater_equal", reverse=True)  # noqa: E731
+    __lt__ = lambda self, o: self._binary(o, "greater", reverse=True)  # noqa: E731
     __neg__ = lambda self: call("negate", self)  # noqa: E731
     __matmul__ = lambda self, o: call("matmul", self, o)  # noqa: E731
     __rmatmul__ = lambda self, o: call("matmul", o, self)  # noqa: E731

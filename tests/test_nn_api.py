@@ -69,6 +69,11 @@ def test_not_equal_and_truth_values_follow_the_elements():
     x, y = t([1.0, np.nan, 3.0]), t([1.0, np.nan, 4.0])
     np.testing.assert_array_equal((x != y).numpy(), [False, True, True])  # NaN != NaN, as in numpy
     np.testing.assert_array_equal((x != 3.0).numpy(), [True, True, False])
+    for got, want in [(x < y, [False, False, True]), (x <= y, [True, False, True]), (x < 3.0, [True, False, False]),
+                      (x <= 3.0, [True, False, True]), (2.0 < x, [False, False, True])]:
+        np.testing.assert_array_equal(got.numpy(), want)  # NaN compares false, as in numpy
+    flags = kiln.Tensor(np.array([True, False]))
+    np.testing.assert_array_equal((flags == kiln.Tensor(np.array([True, True]))).numpy(), [True, False])
     assert not t([0.0]) and t(2.0) > 1
     with pytest.raises(ShapeError, match="ambiguous"):
         bool(x > 0)

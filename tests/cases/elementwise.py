@@ -26,7 +26,10 @@ CASES += [Case("rdivide_scalar", [(9, 4)], attrs={"scalar": 2.0}, low=0.5),
 for name in ["equal", "greater_equal", "greater"]:
     CASES += [Case(name, [(4, 5), (5,)], grad=False), Case(name, [(3, 4), (3, 4)], "int32", grad=False),
               Case(name + "_scalar", [(10,)], "int32", attrs={"scalar": 1}, grad=False),
-              Case(name + "_scalar", [(10,)], attrs={"scalar": 0.5}, grad=False)]
+              Case(name + "_scalar", [(10,)], attrs={"scalar": 0.5}, grad=False),
+              Case(name, [(3, 4), (4,)], "bool", grad=False),
+              Case(name + "_scalar", [(6,)], "bool", attrs={"scalar": False}, grad=False)]
+CASES += [Case("r" + name + "_scalar", [(10,)], attrs={"scalar": 0.5}, grad=False) for name in ["greater_equal", "greater"]]
 CASES += [Case("cast", [(5, 6)], attrs={"dtype": "int32"}, grad=False), Case("cast", [(5, 6)], attrs={"dtype": "float64"}),
           Case("cast", [(4,)], "int32", attrs={"dtype": "float32"}, grad=False),
           Case("cast", [(4, 2)], attrs={"dtype": "bool"}, grad=False)]
