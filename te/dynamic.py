@@ -130,8 +130,9 @@ class MaskedSelect(DataDependent):
 class MaskedScatter(Op):
     """``out[mask] = values`` into zeros of ``mask``'s shape: the ``i``-th true
     position of ``mask`` (row-major) takes ``values[i]`` (the gradient of
-    ``masked_select``). ``values`` needs at least as many elements as ``mask``
-    has true entries."""
+    ``masked_select``). True positions beyond the last of ``values`` stay zero
+    (the kernel cannot raise, and reading past ``values`` would be reading
+    garbage); numpy and PyTorch refuse such a call instead."""
 
     name = "masked_scatter"
     arity = 2
@@ -158,8 +159,12 @@ class MaskedScatter(Op):
             vals, ms = ins
             out, taken = outs  # ``taken``: the running count, a scratch output
             zero = _loop(n, lambda i: _store(out, tirx.const(0, dt), i), "z")
-            return tirx.SeqStmt([zero, _compact(n, lambda i: _load(ms, i),
-                                                lambda i, k: _store(out, _load(vals, k), i), taken)])
+            have = values.shape[0]
+
+            def write(i, k):  # a guarded load: no read past the last value
+                return _store(out, tirx.if_then_else(k < have, _load(vals, k), tirx.const(0, dt)), i)
+
+            return tirx.SeqStmt([zero, _compact(n, lambda i: _load(ms, i), write, taken)])
 
         flat_out, _ = te.extern([(n,), (1,)], [values, fm], fcompute, name="masked_scatter_flat", dtype=[dt, "int32"])
         if len(shape) == 1:
@@ -170,7 +175,8 @@ class MaskedScatter(Op):
 
     def reference(self, values, mask):
         out = np.zeros(mask.shape, values.dtype)
-        out[mask] = values[:int(mask.sum())]
+        taken = values[:int(mask.sum())]
+        out[tuple(ix[:len(taken)] for ix in np.nonzero(mask))] = taken
         return out
 
     def gradient(self, g, node):

@@ -149,3 +149,10 @@ def test_nonzero_and_unique_on_tensors():
     np.testing.assert_array_equal(t.unique().numpy(), np.unique(xs))
     counts = kiln.Tensor(np.zeros((3, 3), "float32")).nonzero()
     assert counts.shape == (0, 2)  # nothing selected: an empty result, not an error
+
+
+def test_masked_scatter_never_reads_past_its_values():
+    # more true positions than values: the ones without a value stay zero (no read past the buffer)
+    mask = np.array([[True, False, True], [True, True, True]])
+    got = kiln.build("masked_scatter", [(3,), (2, 3)], ["float64", "bool"])(np.array([1.0, 2.0, 3.0]), mask)
+    np.testing.assert_array_equal(got, [[1.0, 0.0, 2.0], [3.0, 0.0, 0.0]])
