@@ -16,6 +16,7 @@ import time
 from typing import Callable, Sequence
 
 import numpy as np
+import psutil
 
 from ..errors import AttrError
 
@@ -25,11 +26,17 @@ STABLE_WITHIN = 0.05    # two consecutive warm-up samples this close: warmed up
 MAX_WARMUP = 25         # samples at most before timing anyway (reported as not stable)
 NOISY_SPREAD = 0.10     # a side whose interquartile range / median exceeds this is flagged
 MIN_SAMPLE_S = 0.02     # a sample lasts at least this long (calls are repeated within it)
-# Pause before each interleaved sample. Thread pools spin before they sleep
-# (OpenBLAS's for 2**28 cycles, about 0.1 s; TVM's, oneDNN's and ONNX
-# Runtime's for less): without the pause a side's sample would share the
-# cores with the previous side's spinning threads.
-SETTLE_S = 0.12
+# Before each interleaved sample, wait until the previous side's threads are
+# idle. Thread pools spin before they sleep: OpenBLAS's for about 0.1 s, and
+# TVM's pool, one per thread that launches kernels (the main thread and each
+# engine worker), for about 0.1 s each, so a kiln training step leaves a core
+# busy for up to a second. Sampled at once, PyTorch's next step shared the
+# cores with those spinners and ran 100x slower; a fixed pause is either too
+# short or wastes time, so the pause lasts until the CPU use of this process
+# and its children (the numpy reference) drops near zero.
+SETTLE_S = 3.0          # the longest wait for idle (a busy neighbour never lets it come)
+SETTLE_WINDOW_S = 0.02  # idle: less than IDLE_SHARE of one core used over such a window
+IDLE_SHARE = 0.1
 
 
 def check_repeat(repeat: int) -> int:
@@ -100,7 +107,8 @@ def stats(seconds: Sequence[float]) -> dict:
 
 def compare(samplers: dict[str, Sampler], repeat: int, settle: float | None = None) -> dict[str, dict]:
     """Warm every side up, then sample them interleaved ``repeat`` times,
-    pausing ``settle`` seconds (default ``SETTLE_S``) before each sample.
+    waiting before each sample until the CPU is idle, at most ``settle``
+    seconds (default ``SETTLE_S``; 0: no wait).
 
     Returns, per side, ``stats`` plus its ``warmup`` report.
     """
@@ -108,14 +116,47 @@ def compare(samplers: dict[str, Sampler], repeat: int, settle: float | None = No
     settle = SETTLE_S if settle is None else settle
     warmups = {}
     for name, sample in samplers.items():
-        time.sleep(settle)
+        wait_until_idle(settle)
         warmups[name] = warm_up(sample)
     seconds: dict[str, list[float]] = {name: [] for name in samplers}
     for _ in range(repeat):
         for name, sample in samplers.items():
-            time.sleep(settle)
+            wait_until_idle(settle)
             seconds[name].append(sample())
     return {name: {**stats(seconds[name]), "warmup": warmups[name]} for name in samplers}
+
+
+def _children_cpu_s() -> float:
+    total = 0.0
+    for child in psutil.Process().children(recursive=True):
+        try:
+            times = child.cpu_times()
+        except psutil.Error:  # it ended meanwhile
+            continue
+        total += times.user + times.system
+    return total
+
+
+def wait_until_idle(max_wait: float | None = None) -> float:
+    """Wait until this process and its children use (almost) no CPU, at most
+    ``max_wait`` seconds (default ``SETTLE_S``); return the seconds waited.
+
+    Own CPU time comes from ``time.process_time`` (exact); the children's from
+    ``psutil`` (in clock ticks, 10 ms), so a child counts as idle when its
+    time did not move by more than a tick over a window.
+    """
+    max_wait = SETTLE_S if max_wait is None else max_wait
+    start = time.perf_counter()
+    if max_wait <= 0:
+        return 0.0
+    own, children = time.process_time(), _children_cpu_s()
+    while time.perf_counter() - start < max_wait:
+        time.sleep(SETTLE_WINDOW_S)
+        own_now, children_now = time.process_time(), _children_cpu_s()
+        if own_now - own < IDLE_SHARE * SETTLE_WINDOW_S and children_now - children <= 0.011:
+            break
+        own, children = own_now, children_now
+    return time.perf_counter() - start
 
 
 def kernel_sampler(kernel, arrays: Sequence[np.ndarray], min_time: float | None = None) -> Sampler:

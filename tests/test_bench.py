@@ -193,3 +193,19 @@ def test_every_suite_gives_valid_json_markdown_and_a_plot(capsys, monkeypatch, t
     text = (tmp_path / f"{kiln.cpu().mcpu}.md").read_text()
     assert kiln.cpu().mcpu in text and "## train" in text and "| ratio |" in text
     assert png.read_bytes()[:4] == b"\x89PNG"
+
+
+def test_samples_wait_for_spinning_threads_to_go_idle():
+    import threading
+
+    def spin(seconds):  # what a thread pool does after its job: burn a core for a while
+        end = time.perf_counter() + seconds
+        while time.perf_counter() < end:
+            pass
+
+    assert timing.wait_until_idle(2.0) < 0.2  # nothing running: no wait beyond a window or two
+    spinner = threading.Thread(target=spin, args=(0.4,))
+    spinner.start()
+    waited = timing.wait_until_idle(2.0)
+    spinner.join()
+    assert 0.3 <= waited < 2.0, waited
