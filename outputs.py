@@ -18,6 +18,8 @@ from typing import Iterator
 
 from .errors import OutputError
 
+PLOT_HINT = "pip install -e '.[plot]'"
+
 
 def check_output_path(path, arg: str) -> Path:
     """``path`` as a Path, after checking that a file can be written there.
@@ -110,3 +112,18 @@ def _fsync_folder(folder: Path) -> None:
         pass
     finally:
         os.close(fd)
+
+
+def check_plot_path(path, arg: str = "--plot") -> Path:
+    """``check_output_path``, and that matplotlib is installed and writes the
+    file type ``path``'s suffix names: a plot asked for is checked before the
+    work whose results it draws."""
+    try:
+        from matplotlib.backend_bases import FigureCanvasBase
+    except ImportError:
+        raise OutputError(f"writing a plot needs matplotlib, which is not installed: {PLOT_HINT}", arg=arg) from None
+    kinds = FigureCanvasBase.get_supported_filetypes()
+    if Path(path).suffix.lstrip(".").lower() not in kinds:
+        raise OutputError(f"got {str(path)!r}, expected a file name ending in one of "
+                          f"{', '.join('.' + k for k in sorted(kinds))}", arg=arg)
+    return check_output_path(path, arg)

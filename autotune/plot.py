@@ -5,7 +5,6 @@ Speed is GFLOPS for compute-bound ops and GB/s for the others (see
 """
 from __future__ import annotations
 
-import os
 from pathlib import Path
 
 from ..errors import KilnError
@@ -26,24 +25,6 @@ def _pyplot():
         raise KilnError(f"plotting needs matplotlib (the 'plot' extra): {INSTALL_HINT}", op="tune",
                         arg="--plot") from exc
     return plt
-
-
-def check_output(out: str | Path) -> None:
-    """Raise now — before any tuning — if a plot cannot be written to ``out``:
-    matplotlib missing, a file type it cannot write, or a folder that is not writable."""
-    plt = _pyplot()
-    out = Path(out)
-    kinds = plt.figure().canvas.get_supported_filetypes()
-    plt.close("all")
-    suffix = out.suffix.lstrip(".").lower()
-    if suffix not in kinds:
-        raise KilnError(f"got {str(out)!r}, expected a file name ending in one of "
-                        f"{', '.join('.' + k for k in sorted(kinds))}", op="tune", arg="--plot")
-    folder = out.absolute().parent
-    if out.is_dir():
-        raise KilnError(f"cannot write {out}: it is a directory", op="tune", arg="--plot")
-    if not folder.is_dir() or not os.access(folder, os.W_OK):
-        raise KilnError(f"cannot write {out}: {folder} is not a writable folder", op="tune", arg="--plot")
 
 
 def _unit(op_name: str) -> str:
@@ -90,10 +71,13 @@ def plot(records: list[dict], out: str | Path) -> Path:
     ax.grid(alpha=0.3)
     ax.legend(fontsize=7)
     fig.tight_layout()
+    from ..outputs import atomic_path
+
     out = Path(out)
     try:
-        fig.savefig(out, dpi=110)
-    except (OSError, ValueError) as exc:
+        with atomic_path(out) as tmp:  # the temporary name has no suffix: say the type
+            fig.savefig(tmp, dpi=110, format=out.suffix.lstrip(".").lower())
+    except ValueError as exc:
         raise KilnError(f"cannot write {out}: {exc}", op="tune", arg="--plot") from exc
     finally:
         plt.close(fig)

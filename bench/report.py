@@ -9,10 +9,8 @@ import os
 
 import numpy as np
 
-from ..errors import KilnError
 from .timing import NOISY_SPREAD
 
-PLOT_HINT = "pip install -e '.[plot]'"
 
 
 def _plain(value):
@@ -106,14 +104,6 @@ def write_file(path: str, data: str | bytes) -> None:
 
     with atomic_path(path) as tmp, open(tmp, "wb") as f:
         f.write(data.encode() if isinstance(data, str) else data)
-
-
-def require_matplotlib() -> None:
-    """Fail now, before any measuring, when ``--plot`` cannot be honoured."""
-    import importlib.util
-
-    if importlib.util.find_spec("matplotlib") is None:
-        raise KilnError(f"--plot needs matplotlib, which is not installed: {PLOT_HINT}", arg="--plot")
 
 
 def plot(result: dict, path: str) -> None:

@@ -29,10 +29,11 @@ def register(subparsers) -> None:
 
 def _output_path(text: str, flag: str) -> str:
     """``text`` with ``{cpu}`` filled in, checked writable before anything is measured."""
-    from ..outputs import check_output_path
+    from ..outputs import check_output_path, check_plot_path
     from ..runtime import cpu
 
-    return str(check_output_path(text.replace("{cpu}", cpu().mcpu), flag))
+    check = check_plot_path if flag == "--plot" else check_output_path
+    return str(check(text.replace("{cpu}", cpu().mcpu), flag))
 
 
 def run(args) -> int:
@@ -79,8 +80,6 @@ def _run_suites(args) -> int:
         raise AttrError("the suites run on the CPU, without an op, --shape or --target", arg="--suite")
     markdown_path = _output_path(args.markdown, "--markdown") if args.markdown else None
     plot_path = _output_path(args.plot, "--plot") if args.plot else None
-    if plot_path:
-        report.require_matplotlib()
     result = suites.run(names, quick=args.quick, repeat=args.repeat)
     command = "kiln bench --suite " + ",".join(names) + (" --quick" if args.quick else "") + \
         (f" --repeat {args.repeat}" if args.repeat else "") + (f" --markdown {args.markdown}" if args.markdown else "")

@@ -22,12 +22,11 @@ from typing import Callable, Iterator
 import numpy as np
 
 from ..errors import DataError, OutputError
-from ..outputs import atomic_path, check_output_path
+from ..outputs import PLOT_HINT, atomic_path, check_output_path, check_plot_path
 from ..runtime import cache
 from .args import positive_int, seed_int
 
 CLASSES = 10
-PLOT_HINT = "pip install -e '.[plot]'"
 
 
 def _learning_rate(text: str) -> float:
@@ -73,7 +72,7 @@ def check_outputs(args) -> None:
     paths = {}
     for arg, path in (("--save", args.save), ("--export", args.export), ("--plot", args.plot)):
         if path is not None:
-            paths[arg] = check_output_path(path, arg).resolve()
+            paths[arg] = (check_plot_path if arg == "--plot" else check_output_path)(path, arg).resolve()
             if arg == "--save":
                 paths["--save (its .npz.json)"] = check_output_path(f"{path}.json", arg).resolve()
     seen = {}
@@ -81,21 +80,6 @@ def check_outputs(args) -> None:
         if path in seen:
             raise OutputError(f"{path} is also the file of {seen[path]}: give each output its own path", arg=arg)
         seen[path] = arg
-    if args.plot is not None:
-        _check_plot_type(args.plot)
-
-
-def _check_plot_type(path: str) -> None:
-    try:
-        from matplotlib.backend_bases import FigureCanvasBase
-    except ImportError:
-        raise OutputError(f"writing a plot needs matplotlib, which is not installed: {PLOT_HINT}",
-                          arg="--plot") from None
-    kinds = FigureCanvasBase.get_supported_filetypes()
-    suffix = path.rsplit(".", 1)[-1].lower() if "." in path.rsplit("/", 1)[-1] else ""
-    if suffix not in kinds:
-        raise OutputError(f"got {path!r}, expected a file name ending in one of "
-                          f"{', '.join('.' + k for k in sorted(kinds))}", arg="--plot")
 
 
 def _datasets(args):

@@ -18,6 +18,7 @@ import sys
 
 from ..errors import AttrError, TargetError
 from ..autotune import records as rec
+from ..outputs import check_plot_path
 from .args import add_op_arguments, input_dtypes, input_shapes, parse_attrs, positive_int, seconds, seed_int
 
 
@@ -51,9 +52,7 @@ def register(subparsers) -> None:
 
 def run(args) -> int:
     if args.plot:
-        from ..autotune.plot import check_output
-
-        check_output(args.plot)  # a missing matplotlib is said now, not after the tuning
+        check_plot_path(args.plot)  # a missing matplotlib is said now, not after the tuning
     if args.op is None:
         if not args.plot:
             raise AttrError("give an op and --shape to tune, or --plot PNG to plot records", op="tune", arg="op")

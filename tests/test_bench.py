@@ -151,13 +151,12 @@ def test_bench_cuda_without_a_gpu_says_so(capsys):
 
 
 def test_plot_without_matplotlib_fails_before_measuring(capsys, monkeypatch, tmp_path):
-    import importlib.util
+    import sys
 
     from kiln.bench import suites
 
-    find_spec = importlib.util.find_spec
-    monkeypatch.setattr(importlib.util, "find_spec", lambda name, *a: None if name == "matplotlib" else
-                        find_spec(name, *a))
+    monkeypatch.setitem(sys.modules, "matplotlib", None)  # as if the plot extra were not installed
+    monkeypatch.setitem(sys.modules, "matplotlib.backend_bases", None)
     monkeypatch.setattr(suites, "run", lambda *a, **k: pytest.fail("the suite ran before the check"))
     assert main(["bench", "--suite", "cpu", "--plot", str(tmp_path / "r.png")]) == 2
     assert "pip install -e '.[plot]'" in capsys.readouterr().err

@@ -62,14 +62,15 @@ def test_tune_checks_output_paths_before_measuring(capsys, tmp_path):
     blocker = tmp_path / "file"
     blocker.write_text("")
     cli_error(capsys, ["tune", "relu", "--shape", "64", "--records", str(blocker / "r.jsonl")], "cannot write")
-    cli_error(capsys, ["tune", "relu", "--shape", "64", "--plot", str(tmp_path / "missing" / "c.png")],
-           "not a writable folder")
+    cli_error(capsys, ["tune", "relu", "--shape", "64", "--plot", str(blocker / "c.png")],
+           "is a file, not a folder")
     cli_error(capsys, ["tune", "--plot", str(tmp_path / "c.png"), "--records", str(tmp_path / "none.jsonl")],
            "no records file")
 
 
 def test_plot_hint_matches_the_readme(monkeypatch, capsys, tmp_path):
     monkeypatch.setitem(sys.modules, "matplotlib", None)  # as if the plot extra were not installed
+    monkeypatch.setitem(sys.modules, "matplotlib.backend_bases", None)
     err = cli_error(capsys, ["tune", "relu", "--shape", "64", "--plot", str(tmp_path / "c.png")], "matplotlib")
     assert "pip install -e '.[plot]'" in err
     readme = open(os.path.join(os.path.dirname(kiln.__file__), "README.md")).read()
