@@ -27,15 +27,15 @@ stage, so the inner loop has no bounds checks.
 Symbolic dims: a symbolic batch or input-channel count keeps this template
 (neither is tiled). A symbolic output-channel count or output width would
 leave the accumulator's write-back with a tile of unknown extent, which TVM
-cannot bound, so such a kernel takes the generic reduction schedule instead
-(correct for every size, not register-tiled); ``nn`` makes only the dims that
-varied symbolic, which for a layer is its batch.
+cannot bound, so the template declines such a kernel and dispatch gives it the
+generic schedule (correct for every size, not register-tiled); ``nn`` makes
+only the dims that varied symbolic, which for a layer is its batch.
 """
 from __future__ import annotations
 
 from ..config import Config
-from ..dispatch import register_template
-from ..generic import schedule_auto, schedule_injective
+from ..dispatch import NOT_APPLICABLE, NotApplicable, register_template
+from ..generic import schedule_injective
 from ..util import blocks, const_int, extent
 
 
@@ -63,7 +63,7 @@ def _divisor_tile(width: int | None, limit: int) -> int:
 
 
 @register_template("cpu", ops=("conv2d",))
-def schedule_conv2d(sch, block, cfg: Config) -> None:
+def schedule_conv2d(sch, block, cfg: Config) -> NotApplicable | None:
     conv = block
     nchw = cfg.workload["attrs"]["layout"] == "NCHW"
     n, a, b, c, r1, r2, r3 = sch.get_loops(conv)
@@ -72,8 +72,7 @@ def schedule_conv2d(sch, block, cfg: Config) -> None:
     lanes = cfg.target.lanes(str(sch.get(conv).writes[0].source.dtype))
     o_ext, z_ext = const_int(extent(sch, o)), const_int(extent(sch, z))
     if o_ext is None or z_ext is None:
-        schedule_auto(sch, block, cfg)
-        return
+        return NOT_APPLICABLE
     budget = 24 if lanes >= 16 else 12  # accumulators that fit in the vector registers
 
     oc_default, ow_default = _default_tiles(o_ext, z_ext, lanes, budget)

@@ -7,22 +7,20 @@ computed back to back while the row is in cache.
               when the row length is a multiple of it.
 ``parallel``  1 to spread rows over the thread pool.
 
-Softmax over another axis uses the generic template.
+Softmax over another axis is declined: dispatch gives it the generic template.
 """
 from __future__ import annotations
 
 from ..config import Config
-from ..dispatch import register_template
-from ..generic import schedule_auto
+from ..dispatch import NOT_APPLICABLE, NotApplicable, register_template
 from ..util import const_int, extent
 
 
 @register_template("cpu", ops=("softmax", "log_softmax"))
-def schedule_softmax(sch, block, cfg: Config) -> None:
+def schedule_softmax(sch, block, cfg: Config) -> NotApplicable | None:
     ndim = len(cfg.workload["shapes"][0])
     if cfg.workload["attrs"]["axis"] % ndim != ndim - 1:
-        schedule_auto(sch, block, cfg)
-        return
+        return NOT_APPLICABLE
     lanes = cfg.target.lanes(str(sch.get(block).writes[0].source.dtype))
     loops = sch.get_loops(block)
     row_len = const_int(extent(sch, loops[-1]))

@@ -9,22 +9,21 @@ rows by the columns the block's outputs read). The input channels run in slices 
 weights its channels need, are copied to shared memory by all the threads
 together; then every thread accumulates its ``tile_oc x tile_s`` register
 tile, loading ``tile_oc`` weights and ``tile_s`` inputs from shared memory
-into registers per kernel tap. NHWC convolutions use the fallback.
+into registers per kernel tap. NHWC convolutions are declined (dispatch
+gives them the CUDA fallback).
 """
 from __future__ import annotations
 
 from ..config import Config
-from ..dispatch import register_template
+from ..dispatch import NOT_APPLICABLE, NotApplicable, register_template
 from ..util import const_int, extent, try_inline
 from .common import pow2_at_least, stage_and_finish
-from .reduction import schedule_auto_cuda
 
 
 @register_template("cuda", ops=("conv2d",))
-def schedule_conv2d_cuda(sch, block, cfg: Config) -> None:
+def schedule_conv2d_cuda(sch, block, cfg: Config) -> NotApplicable | None:
     if cfg.workload["attrs"]["layout"] != "NCHW":
-        schedule_auto_cuda(sch, block, cfg)
-        return
+        return NOT_APPLICABLE
     conv = block
     n, o, y, x, rc, ry, rx = sch.get_loops(conv)
     o_ext, c_ext = const_int(extent(sch, o)), const_int(extent(sch, rc))

@@ -18,7 +18,7 @@ from __future__ import annotations
 
 from ...errors import ScheduleError
 from ..config import Config
-from ..dispatch import register_template
+from ..dispatch import NOT_APPLICABLE, NotApplicable, register_template
 from ..util import block_name, blocks, const_int, extent, is_output, is_reduction, iter_kinds, try_inline, work
 from .common import bind_flat, pow2_at_least
 
@@ -98,12 +98,11 @@ def _same_shape_rows(sch, out, cfg: Config) -> bool:
 
 
 @register_template("cuda", ops=("softmax", "log_softmax"))
-def schedule_softmax_cuda(sch, block, cfg: Config) -> None:
-    """One block per row over the last axis; other axes use the fallback."""
+def schedule_softmax_cuda(sch, block, cfg: Config) -> NotApplicable | None:
+    """One block per row over the last axis; other axes are declined (the fallback takes them)."""
     ndim = len(cfg.workload["shapes"][0])
     if cfg.workload["attrs"]["axis"] % ndim != ndim - 1:
-        schedule_auto_cuda(sch, block, cfg)
-        return
+        return NOT_APPLICABLE
     loops = sch.get_loops(block)
     row_len = const_int(extent(sch, loops[-1]))
     threads = cfg.define_knob("threads", (32, 64, 128, 256, 512, 1024),
