@@ -7,11 +7,8 @@ model as one compiled module.
 """
 import importlib
 
-# The one version constant: pyproject.toml reads it when packaging, kernel-cache
-# keys and tuning records carry it. Set before the imports below, which read it.
-__version__ = "0.1.0"
-
-from .config import configure_thread_pool as _configure_thread_pool  # noqa: E402
+from .config import configure_thread_pool as _configure_thread_pool
+from .version import __version__
 
 # TVM's CPU pool defaults to half the hardware threads; size it to the cores
 # before the first kernel starts it (an invalid setting is reported at first
@@ -23,11 +20,11 @@ from .errors import KilnError  # noqa: E402
 from .runtime import build, cpu, cuda  # noqa: E402
 
 
-def _tuned_config(op, attrs, shapes, dtypes, target_key):
+def _tuned_config(workload, target_key):
     """The tuning records, read when a kernel is first built (not at import)."""
     from .autotune import records
 
-    return records.best_config(records.task_json(op, attrs, shapes, dtypes, target_key))
+    return records.best_config(records.task_json(workload, target_key))
 
 
 from .runtime.build import add_config_source  # noqa: E402

@@ -95,3 +95,15 @@ class OutputError(KilnError):
 class GradError(KilnError, RuntimeError):
     """An autograd request that cannot be met, such as ``backward()`` on a
     tensor that no recorded op connects to a leaf requiring a gradient."""
+
+
+def tvm_message(exc: BaseException, limit: int = 500) -> str:
+    """The one useful line of an error raised from TVM's C++ side.
+
+    TVM's messages carry a C++ and Python traceback first and the reason last;
+    a kiln error quotes only that reason (at most ``limit`` characters), or
+    the exception's type when it has no text.
+    """
+    lines = str(exc).strip().splitlines()
+    useful = [t for t in lines if t.strip() and not t.startswith(("  ", "File", "Traceback"))]
+    return (useful[-1] if useful else type(exc).__name__)[:limit]

@@ -24,7 +24,6 @@ from __future__ import annotations
 
 import datetime
 import fcntl
-import hashlib
 import json
 import os
 import threading
@@ -36,7 +35,8 @@ import tvm
 
 from .. import config as kiln_config
 from ..errors import CacheError
-from ..runtime.cache import VERSION, _plain
+from ..te.workload import Workload, digest
+from ..version import __version__ as VERSION
 
 FORMAT = 1
 _applied: list[Path] = []
@@ -48,14 +48,14 @@ def default_path() -> Path:
     return kiln_config.cache_dir() / "tuning" / "records.jsonl"
 
 
-def task_json(op: str, attrs: dict, shapes, dtypes, target_key: str) -> dict:
-    return {"op": op, "attrs": {k: _plain(v) for k, v in sorted(attrs.items())},
-            "shapes": [[_plain(d) for d in s] for s in shapes], "dtypes": list(dtypes), "target": target_key}
+def task_json(workload: Workload, target_key: str) -> dict:
+    """A record's task: the workload's JSON and the target."""
+    return {**workload.json, "target": target_key}
 
 
 def task_key(task: dict) -> str:
     """A short stable hash of a task's JSON (op, attrs, shapes, dtypes, target)."""
-    return hashlib.sha256(json.dumps(task, sort_keys=True).encode()).hexdigest()[:20]
+    return digest(task)[:20]
 
 
 def make_record(task: dict, config: dict, result: dict | None = None, error: dict | None = None,

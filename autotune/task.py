@@ -1,7 +1,7 @@
 """A tuning task: one op at one signature on one target.
 
 ``Task.create("matmul", [(1024, 1024), (1024, 1024)])`` checks the signature
-with the op's rules, so a bad task fails here with a clear error, not in a
+with the op's rules (``Op.check`` makes its ``Workload``), so a bad task fails here with a clear error, not in a
 worker process. ``task.lower(config)`` is the template applied to a config;
 ``task.data()`` the seeded inputs and the numpy reference outputs every
 config is checked against. ``task.unit`` says how a speed is reported:
@@ -23,41 +23,47 @@ from ..runtime.device import Target, as_target
 from ..runtime.lower import Lowered, lower
 from ..runtime.measure import check_measurable, nbytes, random_inputs, work
 from ..te import get_op
+from ..te.workload import Workload
 from ..te.shapes import is_static
 
 
 @dataclass(frozen=True, eq=False)
 class Task:
-    op: object
-    attrs: dict
-    shapes: tuple
-    dtypes: tuple
-    out_shapes: tuple
-    out_dtypes: tuple
+    """A ``Workload`` with concrete dims on a ``Target`` (and the seed of its
+    measurement inputs); ``op``, ``attrs``, ``shapes``... are the workload's."""
+
+    workload: Workload
     target: Target
     seed: int = field(default=0)
 
     @classmethod
     def create(cls, op, shapes: Sequence, dtypes: Sequence[str] | str | None = None,
                attrs: Mapping | None = None, target=None) -> "Task":
-        op, target = get_op(op), as_target(target)
-        shapes = [tuple(s) for s in shapes]
-        if dtypes is None or isinstance(dtypes, str):
-            dtypes = [dtypes or "float32"] * len(shapes)
-        parsed, out_shapes, out_dtypes = op.check(shapes, list(dtypes), attrs)
-        for i, s in enumerate(shapes):
+        return cls.of(get_op(op).check(shapes, dtypes, attrs), as_target(target))
+
+    @classmethod
+    def of(cls, workload: Workload, target: Target) -> "Task":
+        """The task of a workload already checked: refused here, not in a
+        worker process, if it has a symbolic dim, no elements or no room."""
+        for i, s in enumerate(workload.shapes):
             if not all(is_static(d) for d in s):
                 raise ShapeError(f"got {s}, expected static dims: tuning measures one concrete shape",
-                                 op=op.name, arg=f"input {i}")
+                                 op=workload.op.name, arg=f"input {i}")
         # no empty tensors (nothing to time) and room for the data: the parent's inputs and
         # reference outputs, and a worker's inputs, expected and computed outputs
-        check_measurable(op, shapes, list(dtypes), parsed, input_copies=2, output_copies=3)
-        return cls(op, parsed, tuple(shapes), tuple(dtypes), tuple(tuple(int(d) for d in s) for s in out_shapes),
-                   tuple(out_dtypes), target)
+        check_measurable(workload, input_copies=2, output_copies=3)
+        return cls(workload, target)
+
+    op = property(lambda self: self.workload.op)
+    attrs = property(lambda self: self.workload.attrs)
+    shapes = property(lambda self: self.workload.shapes)
+    dtypes = property(lambda self: self.workload.dtypes)
+    out_shapes = property(lambda self: self.workload.out_shapes)
+    out_dtypes = property(lambda self: self.workload.out_dtypes)
 
     @cached_property
     def json(self) -> dict:
-        return records.task_json(self.op.name, self.attrs, self.shapes, self.dtypes, self.target.key)
+        return records.task_json(self.workload, self.target.key)
 
     @property
     def key(self) -> str:
@@ -74,7 +80,7 @@ class Task:
 
     @cached_property
     def _work(self) -> tuple[str, float]:
-        return work(self.op, self.shapes, self.dtypes, self.attrs)
+        return work(self.workload)
 
     @property
     def unit(self) -> str:
@@ -92,8 +98,7 @@ class Task:
 
     def lower(self, config: Mapping | None = None) -> Lowered:
         """The template applied to ``config`` (raises ScheduleError/BuildError if invalid)."""
-        return lower(self.op, self.shapes, self.dtypes, self.attrs, self.out_shapes, self.out_dtypes, self.target,
-                     dict(config or {}))
+        return lower(self.workload, self.target, dict(config or {}))
 
     def data(self) -> tuple[list[np.ndarray], list[np.ndarray]]:
         """Seeded random inputs and the numpy reference outputs for them."""

@@ -6,6 +6,8 @@ stderr instead). It needs no op registry: a build request carries the
 scheduled module as TVM JSON, a run request the path of the compiled library
 and of the inputs/expected outputs (``.npz``). If a kernel crashes or hangs,
 only this process dies; the parent records the error and starts a new one.
+Started with ``-m``, it imports the ``kiln`` package first, which sizes TVM's
+thread pool like the parent's.
 
 Requests::
 
@@ -23,6 +25,8 @@ import time
 import traceback
 
 import numpy as np
+
+from ..errors import tvm_message
 
 
 def build(req: dict) -> dict:
@@ -80,7 +84,6 @@ def main() -> None:
     protocol = os.fdopen(os.dup(1), "w", buffering=1)
     os.dup2(2, 1)  # stray prints go to stderr, never into the protocol
     sys.stdout = sys.stderr
-    import kiln  # noqa: F401 - sizes TVM's thread pool like the parent's
     for line in sys.stdin:
         req = {}
         try:
@@ -88,9 +91,8 @@ def main() -> None:
             handler = {"build": build, "run": run, "ping": lambda _: {"ok": True, "pid": os.getpid()}}[req["cmd"]]
             reply = handler(req)
         except Exception as exc:  # noqa: BLE001 - every failure goes back as an error reply
-            text = str(exc).strip().splitlines()
             kind = "build" if req.get("cmd") == "build" else "rpc" if req.get("rpc") else "runtime"
-            reply = {"ok": False, "kind": kind, "message": f"{type(exc).__name__}: {text[-1] if text else ''}"[:500],
+            reply = {"ok": False, "kind": kind, "message": f"{type(exc).__name__}: {tvm_message(exc)}"[:500],
                      "trace": traceback.format_exc()[-2000:]}
         protocol.write(json.dumps(reply) + "\n")
 

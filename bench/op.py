@@ -4,7 +4,8 @@ from __future__ import annotations
 import tvm
 
 from ..errors import TargetError
-from ..runtime import as_target, build
+from ..runtime import as_target
+from ..runtime.build import build_workload
 from ..runtime.measure import check_measurable, random_inputs
 from ..te import get_op
 from .reference import BLAS_PINS, NumpyReference
@@ -31,13 +32,13 @@ def compare_op(op: str, shapes, dtypes=None, attrs=None, target=None, repeat: in
     """
     check_repeat(repeat)
     op = get_op(op)
-    dtypes = list(dtypes or ["float32"] * len(shapes))
     target = as_target(target)
     if target.kind == "cuda" and not tvm.cuda(0).exist:
         raise TargetError("no CUDA device is present on this machine, so a cuda kernel cannot be timed "
                           "(`kiln show --target cuda` compiles without one)", op=op.name, arg="target")
-    unit, amount = check_measurable(op, shapes, dtypes, attrs, INPUT_COPIES, OUTPUT_COPIES)
-    kernel = build(op.name, shapes, dtypes, attrs, target=target)
+    workload = op.check(shapes, dtypes, attrs)
+    unit, amount = check_measurable(workload, INPUT_COPIES, OUTPUT_COPIES)
+    kernel = build_workload(workload, target)
     with NumpyReference() as ref:
         ref.prepare(op.name, kernel.shapes, kernel.dtypes, kernel.attrs)
         kiln_side = kernel_sampler(kernel, random_inputs(kernel.shapes, kernel.dtypes))
@@ -47,7 +48,7 @@ def compare_op(op: str, shapes, dtypes=None, attrs=None, target=None, repeat: in
     for side in sides.values():
         side[key] = amount / 1e9 / side["median_s"]
     return {"op": op.name, "shapes": [list(s) for s in kernel.shapes], "dtypes": list(kernel.dtypes),
-            "attrs": kernel.attrs, "target": str(kernel.target), "cpu": as_target(None).mcpu,
+            "attrs": dict(kernel.attrs), "target": str(kernel.target), "cpu": as_target(None).mcpu,
             "threads": tvm.runtime.num_threads(), "unit": unit, **sides,
             "ratio": sides["numpy"]["median_s"] / sides["kiln"]["median_s"],
             "noisy": sides["kiln"]["noisy"] or sides["numpy"]["noisy"],

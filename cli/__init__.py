@@ -18,7 +18,8 @@ import sys
 
 import tvm
 
-from .. import __version__, config
+from .. import config
+from ..version import __version__
 from ..errors import KilnError
 from .args import KilnArgumentParser
 

@@ -1,15 +1,19 @@
-"""``kiln.build``: one op, compiled for one signature, through the kernel cache."""
+"""``kiln.build``: one op, compiled for one signature, through the kernel cache.
+
+``build(op, shapes, dtypes, attrs)`` checks the call (``Op.check`` makes the
+``Workload``), then ``build_workload`` finds its config (given, tuned, or the
+template defaults), its cache key, and returns the cached ``Kernel`` or
+lowers and compiles a new one."""
 from __future__ import annotations
 
 from typing import Callable, Mapping, Sequence
 
 import warnings
 
-import numpy as np
-
-from ..errors import DTypeError, KilnError
+from ..errors import KilnError
 from ..schedules import config_key
 from ..te import get_op
+from ..te.workload import Workload
 from . import cache
 from .device import as_target
 from .kernel import Kernel
@@ -41,32 +45,23 @@ def build(op, shapes: Sequence, dtypes: Sequence[str] | str | None = None, attrs
     Kernel
         Callable on numpy arrays or TVM tensors; ``.script()``, ``.source()``, ``.time()``.
     """
-    op = get_op(op)
-    target = as_target(target)
-    shapes = [tuple(s) if isinstance(s, (tuple, list)) else s for s in shapes]
-    if dtypes is None or isinstance(dtypes, str):
-        dtypes = [dtypes or "float32"] * len(shapes)
-    try:
-        dtypes = [str(np.dtype(d)) for d in dtypes]
-    except TypeError as exc:
-        raise DTypeError(f"got {list(dtypes)}, expected dtype names", op=op.name, arg="dtypes") from exc
-    attrs, out_shapes, out_dtypes = op.check(shapes, dtypes, attrs)
-    shapes = [tuple(s) for s in shapes]
-    if config is None:
-        values = tuned_config(op, attrs, shapes, dtypes, out_shapes, out_dtypes, target)
-    else:
-        values = dict(config)
-    key = cache.key_of(op.name, attrs, shapes, dtypes, target.key, config_key(values))
+    return build_workload(get_op(op).check(shapes, dtypes, attrs), as_target(target), config)
+
+
+def build_workload(workload: Workload, target, config: Mapping | None = None) -> Kernel:
+    """``build`` for a workload already checked (``Op.check``) on a ``Target``."""
+    values = tuned_config(workload, target) if config is None else dict(config)
+    key = cache.key_of(workload, target.key, config_key(values))
 
     def relower():
-        return lower(op, shapes, dtypes, attrs, out_shapes, out_dtypes, target, values)
+        return lower(workload, target, values)
 
     def make(module):
-        return Kernel(op, attrs, shapes, dtypes, out_dtypes, target, values, module, relower)
+        return Kernel(workload, target, values, module, relower)
 
     def compile_new():
         lowered = relower()
-        executable = compile_lowered(op, lowered, target)
+        executable = compile_lowered(workload, lowered, target)
         kernel = make(executable.mod)
         kernel.__dict__["_lowered"] = lowered  # already at hand: keep it
         return kernel, executable if target.kind == "cpu" else None
@@ -80,28 +75,28 @@ _checked: dict[tuple, bool] = {}
 
 def add_config_source(source: Callable) -> None:
     """Where ``build`` looks for a tuned config when none is given:
-    ``source(op_name, attrs, shapes, dtypes, target_key) -> config or None``
-    (kiln wires in the tuning records)."""
+    ``source(workload, target_key) -> config or None`` (kiln wires in the
+    tuning records)."""
     if source not in _config_sources:
         _config_sources.append(source)
 
 
-def tuned_config(op, attrs, shapes, dtypes, out_shapes, out_dtypes, target) -> dict:
-    """The first tuned config a source knows for this signature, if it still
+def tuned_config(workload: Workload, target) -> dict:
+    """The first tuned config a source knows for this workload, if it still
     fits the template (a record from an older template may name knobs that no
     longer exist: it is skipped with a warning)."""
     for source in _config_sources:
-        found = source(op.name, attrs, shapes, dtypes, target.key)
+        found = source(workload, target.key)
         if not found:
             continue
-        memo = (cache.key_of(op.name, attrs, shapes, dtypes, target.key, ""), config_key(found))
+        memo = (workload.key, target.key, config_key(found))
         if memo not in _checked:
             try:
-                lower(op, shapes, dtypes, attrs, out_shapes, out_dtypes, target, found)
+                lower(workload, target, found)
                 _checked[memo] = True
             except KilnError as exc:
-                warnings.warn(f"kiln: ignoring the tuning record for {op.name} {memo[1]}: {exc}", RuntimeWarning,
-                              stacklevel=3)
+                warnings.warn(f"kiln: ignoring the tuning record for {workload.op.name} {memo[2]}: {exc}",
+                              RuntimeWarning, stacklevel=3)
                 _checked[memo] = False
         if _checked[memo]:
             return dict(found)

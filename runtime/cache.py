@@ -1,6 +1,6 @@
 """The kernel cache: memory, then disk, then compile.
 
-Key: (op, attrs, shapes, dtypes, target, config) plus the kiln and TVM
+Key: the workload (op, attrs, shapes, dtypes), target and config, plus the kiln and TVM
 versions, a fingerprint of the op and schedule code and the entry format,
 hashed with SHA-256. On disk each kernel is one shared library,
 ``<cache_dir>/kernels/<key hash>.<content hash>.so``:
@@ -22,7 +22,6 @@ from __future__ import annotations
 
 import functools
 import hashlib
-import json
 import logging
 import os
 import stat
@@ -34,9 +33,10 @@ from pathlib import Path
 
 import tvm
 
-from .. import __version__ as VERSION
 from .. import config as kiln_config
 from ..errors import CacheError
+from ..te.workload import Workload, digest
+from ..version import __version__ as VERSION
 
 log = logging.getLogger("kiln.cache")
 ENTRY_FORMAT = 2  # 2: the key is appended to the library
@@ -72,29 +72,11 @@ def code_fingerprint() -> str:
     return digest.hexdigest()[:16]
 
 
-def key_of(op: str, attrs: dict, shapes, dtypes, target_key: str, config_key: str) -> str:
-    """SHA-256 of the canonical description of a kernel."""
-    desc = {
-        "op": op,
-        "attrs": {k: _plain(v) for k, v in sorted(attrs.items())},
-        "shapes": [[_plain(d) for d in s] for s in shapes],
-        "dtypes": list(dtypes),
-        "target": target_key,
-        "config": config_key,
-        "kiln": VERSION,
-        "entry": ENTRY_FORMAT,
-        "code": code_fingerprint(),
-        "tvm": tvm.__version__,
-    }
-    return hashlib.sha256(json.dumps(desc, sort_keys=True).encode()).hexdigest()
-
-
-def _plain(v):
-    if isinstance(v, (tuple, list)):
-        return [_plain(x) for x in v]
-    if isinstance(v, (int, float, str, bool)) or v is None:
-        return v
-    return f"sym:{v}"  # a symbolic dim, by name
+def key_of(workload: Workload, target_key: str, config_key: str) -> str:
+    """SHA-256 of the canonical description of a kernel: the workload's JSON,
+    the target, the config and what produced the code."""
+    return digest({**workload.json, "target": target_key, "config": config_key, "kiln": VERSION,
+                   "entry": ENTRY_FORMAT, "code": code_fingerprint(), "tvm": tvm.__version__})
 
 
 def kernel_dir() -> Path:

@@ -22,9 +22,11 @@ import tvm
 from tvm import relax, tirx
 from tvm.relax.backend.cpu_generic import pipeline as cpu_pipeline
 
-from ..errors import ExportError, KilnError
+from ..errors import ExportError, KilnError, tvm_message
 from ..outputs import atomic_path, check_output_path
 from ..te.value import ValueOps
+from ..te.workload import Workload
+from ..version import __version__
 from .device import as_target
 from .lower import schedule
 
@@ -53,7 +55,7 @@ class _Traced(ValueOps):
 class _Tracer:
     def __init__(self, builder: relax.BlockBuilder):
         self.bb = builder
-        self.kernels: dict[str, tuple] = {}
+        self.kernels: dict[str, Workload] = {}  # PrimFunc name -> the workload it computes
 
     def apply(self, op, inputs, attrs):
         if op.data_dependent:
@@ -70,14 +72,14 @@ class _Tracer:
                 args.append(relax.const(arr))
                 shapes.append(arr.shape)
                 dtypes.append(str(arr.dtype))
-        parsed, out_shapes, out_dtypes = op.check(shapes, dtypes, attrs)
+        workload = op.check(shapes, dtypes, attrs)
         name = f"{op.name}_{len(self.kernels)}"
-        self.kernels[name] = (op, parsed, shapes, dtypes)
-        out = self.bb.emit_te(lambda *ts: op.compute(*ts, **parsed), *args, primfunc_name_hint=name)
+        self.kernels[name] = workload
+        out = self.bb.emit_te(lambda *ts: op.compute(*ts, **workload.attrs), *args, primfunc_name_hint=name)
         if not op.multi_output:
-            return _Traced(self, out, out_shapes[0], out_dtypes[0])
+            return _Traced(self, out, workload.out_shapes[0], workload.out_dtypes[0])
         return [_Traced(self, self.bb.emit(relax.TupleGetItem(out, i)), s, d)
-                for i, (s, d) in enumerate(zip(out_shapes, out_dtypes))]
+                for i, (s, d) in enumerate(zip(workload.out_shapes, workload.out_dtypes))]
 
 
 def trace(model, example: np.ndarray, dynamic_batch: bool = True, meta: dict | None = None):
@@ -130,7 +132,7 @@ def export(model, example, path, dynamic_batch: bool = True, target=None) -> Pat
         model.eval()
     meta = {"format": FORMAT, "input_shape": [None if dynamic_batch and i == 0 else int(d)
                                               for i, d in enumerate(example.shape)],
-            "input_dtype": str(example.dtype), "kiln": _version(), "tvm": tvm.__version__}
+            "input_dtype": str(example.dtype), "kiln": __version__, "tvm": tvm.__version__}
     try:
         mod, kernels = trace(model, example, dynamic_batch, meta)
     finally:
@@ -138,8 +140,8 @@ def export(model, example, path, dynamic_batch: bool = True, target=None) -> Pat
             model.train()
     for gv, func in list(mod.functions_items()):
         if isinstance(func, tirx.PrimFunc) and gv.name_hint in kernels:
-            op, attrs, shapes, dtypes = kernels[gv.name_hint]
-            lowered = schedule(op, func, op.name, shapes, dtypes, attrs, target)
+            workload = kernels[gv.name_hint]
+            lowered = schedule(workload, func, workload.op.name, target)
             mod[gv] = lowered.sch.mod["main"].with_attr("global_symbol", gv.name_hint)
     with target.tvm:
         pipeline = tvm.transform.Sequential(
@@ -150,8 +152,8 @@ def export(model, example, path, dynamic_batch: bool = True, target=None) -> Pat
     except KilnError:
         raise
     except Exception as exc:  # noqa: BLE001 - TVM's compile errors are C++ tracebacks
-        raise ExportError(f"TVM could not compile the model: {str(exc).strip().splitlines()[-1][:300]}",
-                          op="export", arg="model") from exc
+        raise ExportError(f"TVM could not compile the model: {tvm_message(exc, 300)}", op="export",
+                          arg="model") from exc
     return _write(executable, path)
 
 
@@ -159,9 +161,3 @@ def _write(executable, path: Path) -> Path:
     with atomic_path(path, suffix=".so") as tmp:  # an OSError becomes an OutputError naming the path
         executable.export_library(tmp)
     return path
-
-
-def _version() -> str:
-    from .. import __version__
-
-    return __version__

@@ -7,7 +7,7 @@ from functools import cached_property
 import numpy as np
 import tvm
 
-from ..errors import DTypeError, KernelRuntimeError, ShapeError
+from ..errors import DTypeError, KernelRuntimeError, ShapeError, tvm_message
 from ..te.shapes import is_static, shape_str, size, static, upper_bounds
 from .lower import compile_lowered
 
@@ -33,18 +33,23 @@ def _module_source(module, target) -> str:
 
 
 class Kernel:
-    """One op compiled for one signature (shapes, dtypes, attrs, target, config)."""
+    """One workload compiled for one target with one config.
 
-    def __init__(self, op, attrs, shapes, dtypes, out_dtypes, target, config, module, relower):
-        self.op = op
-        self.attrs = attrs
-        self.shapes = tuple(shapes)
-        self.dtypes = tuple(dtypes)
-        self.out_dtypes = tuple(out_dtypes)
+    ``op``, ``attrs``, ``shapes``, ``dtypes`` and ``out_dtypes`` are the
+    workload's (``kernel.workload``)."""
+
+    def __init__(self, workload, target, config, module, relower):
+        self.workload = workload
         self.target = target
         self.config = dict(config)
         self.module = module
         self._relower = relower
+
+    op = property(lambda self: self.workload.op)
+    attrs = property(lambda self: self.workload.attrs)
+    shapes = property(lambda self: self.workload.shapes)
+    dtypes = property(lambda self: self.workload.dtypes)
+    out_dtypes = property(lambda self: self.workload.out_dtypes)
 
     # -- calling ------------------------------------------------------------------
     @cached_property
@@ -91,8 +96,7 @@ class Kernel:
             try:
                 self._func(*inputs, *outputs)
             except Exception as exc:  # noqa: BLE001 - TVM raises C++-backed errors
-                raise KernelRuntimeError(f"kernel failed: {str(exc).strip().splitlines()[-1][:300]}",
-                                         op=self.op.name) from exc
+                raise KernelRuntimeError(f"kernel failed: {tvm_message(exc, 300)}", op=self.op.name) from exc
 
     def _to_device(self, i, value, dev):
         want = self.dtypes[i]
@@ -143,7 +147,7 @@ class Kernel:
         """The generated code: LLVM IR for the CPU, CUDA C for GPUs."""
         text = _module_source(self.module, self.target)
         if not text:  # a shared library (the kernel cache's) keeps no source: generate it again from the IR
-            text = _module_source(compile_lowered(self.op, self._lowered, self.target).mod, self.target)
+            text = _module_source(compile_lowered(self.workload, self._lowered, self.target).mod, self.target)
         return text
 
     @property

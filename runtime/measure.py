@@ -11,7 +11,7 @@ from __future__ import annotations
 import numpy as np
 
 from ..errors import ShapeError
-from ..te import get_op
+from ..te.workload import Workload
 
 COMPUTE_BOUND = ("matmul", "conv2d")
 GIB = float(1 << 30)
@@ -37,17 +37,16 @@ def nbytes(shapes, dtypes) -> int:
     return sum(int(np.prod(s, dtype=object)) * np.dtype(d).itemsize for s, d in zip(shapes, dtypes))
 
 
-def work(op, shapes, dtypes, attrs=None) -> tuple[str, float]:
+def work(workload: Workload) -> tuple[str, float]:
     """``(unit, amount)`` of one call: ``("GFLOPS", flops)`` for compute-bound
     ops, else ``("GB/s", bytes read + written)``; concrete shapes only."""
-    op = get_op(op) if isinstance(op, str) else op
-    attrs, out_shapes, out_dtypes = op.check(shapes, dtypes, attrs)
+    op = workload.op
     if op.family in COMPUTE_BOUND:
-        return "GFLOPS", float(op.flops([tuple(s) for s in shapes], **attrs))
-    return "GB/s", float(nbytes(shapes, dtypes) + nbytes(out_shapes, out_dtypes))
+        return "GFLOPS", float(op.flops([tuple(s) for s in workload.shapes], **workload.attrs))
+    return "GB/s", float(nbytes(workload.shapes, workload.dtypes) + nbytes(workload.out_shapes, workload.out_dtypes))
 
 
-def check_measurable(op, shapes, dtypes, attrs=None, input_copies: int = 1, output_copies: int = 1,
+def check_measurable(workload: Workload, input_copies: int = 1, output_copies: int = 1,
                      available: int | None = None) -> tuple[str, float]:
     """Refuse what cannot be measured, before anything is allocated; return ``work``.
 
@@ -57,17 +56,17 @@ def check_measurable(op, shapes, dtypes, attrs=None, input_copies: int = 1, outp
     the outputs must fit in ``available`` bytes (default: the memory
     available now, from psutil). Raises ShapeError naming the op.
     """
-    op = get_op(op) if isinstance(op, str) else op
-    attrs, out_shapes, out_dtypes = op.check(shapes, dtypes, attrs)
-    for what, group in (("input", shapes), ("output", out_shapes)):
+    name = workload.op.name
+    for what, group in (("input", workload.shapes), ("output", workload.out_shapes)):
         for i, s in enumerate(group):
             if not all(isinstance(d, (int, np.integer)) for d in s):
                 raise ShapeError(f"got {what} {i} of shape {tuple(s)}, expected concrete dims to measure",
-                                 op=op.name, arg="shapes")
+                                 op=name, arg="shapes")
             if 0 in tuple(s):
                 raise ShapeError(f"got {what} {i} of shape {tuple(s)} with no elements; a benchmark needs "
-                                 "at least one element in every input and output", op=op.name, arg="shapes")
-    need = input_copies * nbytes(shapes, dtypes) + output_copies * nbytes(out_shapes, out_dtypes)
+                                 "at least one element in every input and output", op=name, arg="shapes")
+    need = (input_copies * nbytes(workload.shapes, workload.dtypes)
+            + output_copies * nbytes(workload.out_shapes, workload.out_dtypes))
     if available is None:
         import psutil
 
@@ -75,5 +74,5 @@ def check_measurable(op, shapes, dtypes, attrs=None, input_copies: int = 1, outp
     if need > available:
         raise ShapeError(f"measuring these shapes needs about {need / GIB:.1f} GiB ({input_copies} copies of the "
                          f"inputs, {output_copies} of the outputs) but {available / GIB:.1f} GiB of memory is "
-                         "available; use smaller shapes", op=op.name, arg="shapes")
-    return work(op, shapes, dtypes, attrs)
+                         "available; use smaller shapes", op=name, arg="shapes")
+    return work(workload)

@@ -9,7 +9,7 @@ import tvm
 from tvm import relax
 
 from .. import config
-from ..errors import DTypeError, ExportError, ShapeError
+from ..errors import DTypeError, ExportError, ShapeError, tvm_message
 from .elf import elf_problem
 
 FORMAT = "kiln-model-1"
@@ -40,7 +40,7 @@ class Predictor:
             lib = tvm.runtime.load_module(str(self.path))
         except Exception as exc:  # noqa: BLE001 - dlopen errors come back as TVM errors
             raise ExportError(f"{self.path} is not a loadable module (truncated or foreign?): "
-                              f"{str(exc).strip().splitlines()[-1][:200]}", op="Predictor", arg="path") from exc
+                              f"{tvm_message(exc, 200)}", op="Predictor", arg="path") from exc
         try:
             self.vm = relax.VirtualMachine(lib, tvm.cpu())
             self.meta = json.loads(bytes(self.vm["kiln_metadata"]().numpy()).decode())

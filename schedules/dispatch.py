@@ -62,11 +62,6 @@ def _candidates(op, target_kind: str) -> list[Template]:
     return [table[key] for table, key in keys if key in table] + [_FALLBACK[target_kind]]
 
 
-def lookup(op, target_kind: str) -> Template:
-    """The first template dispatch tries for ``op`` (an ``Op``) on a target kind (it may decline)."""
-    return _candidates(op, target_kind)[0]
-
-
 def apply(op, target_kind: str, sch, block, cfg) -> str:
     """Schedule ``block`` of ``sch`` with the first template for (``op``, target)
     that accepts the workload; return that template's name (``template_name``).

@@ -23,8 +23,9 @@ Rules every op follows (numpy's, so the numpy references in the tests agree):
 from .attrs import Attr
 from .registry import Op, call, get_op, list_ops, register
 from .shapes import DTYPES, Bounded, sym
+from .workload import Workload
 
 # Importing the op families registers their ops.
 from . import conv, dynamic, elementwise, indexing, matmul, pool, reduction, scalar_ops, shape_ops, softmax  # noqa: E402,F401
 
-__all__ = ["Attr", "Bounded", "DTYPES", "Op", "call", "get_op", "list_ops", "register", "sym"]
+__all__ = ["Attr", "Bounded", "DTYPES", "Op", "call", "get_op", "list_ops", "register", "sym", "Workload"]

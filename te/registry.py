@@ -22,9 +22,12 @@ from __future__ import annotations
 from types import MappingProxyType
 from typing import Any, Mapping, Sequence
 
+import numpy as np
+
 from ..errors import AttrError, DTypeError, OpNotFoundError, ShapeError
 from .attrs import REQUIRED, Attr
 from .shapes import DTYPES, canonical, check_dtype, shape_str, upper_bounds
+from .workload import Workload
 
 _REGISTRY: dict[str, "Op"] = {}
 
@@ -113,19 +116,24 @@ class Op:
                 out[key] = spec.default
         return out
 
-    def check(self, shapes: Sequence, dtypes: Sequence[str], attrs: Mapping[str, Any] | None = None):
-        """Validate a call; return ``(attrs, out_shapes, out_dtypes)`` as lists.
+    def check(self, shapes: Sequence, dtypes: Sequence[str] | str | None = None,
+              attrs: Mapping[str, Any] | None = None) -> Workload:
+        """Validate a call and return its ``Workload``.
 
-        Raises ShapeError / DTypeError / AttrError naming the op and argument.
+        ``dtypes`` is one dtype per input, or one dtype for all of them
+        (default float32). Raises ShapeError / DTypeError / AttrError naming
+        the op and argument, before TVM is ever called.
         """
+        try:
+            shapes = [tuple(s) if isinstance(s, list) else s for s in shapes]
+        except TypeError:
+            raise ShapeError(f"got {shapes!r}, expected a list of input shapes", op=self.name, arg="shapes") from None
         if self.arity is not None and len(shapes) != self.arity:
             raise ShapeError(f"got {len(shapes)} input(s), expected {self.arity}", op=self.name, arg="inputs")
         if self.arity is None and len(shapes) == 0:
             raise ShapeError("got no inputs, expected at least one", op=self.name, arg="inputs")
-        if len(dtypes) != len(shapes):
-            raise DTypeError(f"got {len(dtypes)} dtype(s) for {len(shapes)} input(s)", op=self.name, arg="dtypes")
+        dtypes = self._dtype_names(dtypes, len(shapes))
         shapes = [canonical(s, self.name, f"input {i}") for i, s in enumerate(shapes)]
-        dtypes = [str(d) for d in dtypes]
         for i, d in enumerate(dtypes):
             check_dtype(self.name, d, self.dtypes, arg=f"input {i} dtype")
         attrs = self.parse_attrs(attrs)
@@ -137,7 +145,20 @@ class Op:
             out_shapes, out_dtypes = [out_shapes], [out_dtypes]
         elif isinstance(out_dtypes, str):
             out_dtypes = [out_dtypes] * len(out_shapes)
-        return attrs, [canonical(s, self.name, "output") for s in out_shapes], list(out_dtypes)
+        return Workload(self, attrs, tuple(shapes), tuple(dtypes),
+                        tuple(canonical(s, self.name, "output") for s in out_shapes), tuple(out_dtypes))
+
+    def _dtype_names(self, dtypes, count: int) -> list[str]:
+        """One canonical dtype name per input (``None``: float32 for all)."""
+        if dtypes is None or isinstance(dtypes, str):
+            dtypes = [dtypes or "float32"] * count
+        try:
+            names = [str(np.dtype(d)) for d in dtypes]
+        except TypeError as exc:
+            raise DTypeError(f"got {list(dtypes)}, expected dtype names", op=self.name, arg="dtypes") from exc
+        if len(names) != count:
+            raise DTypeError(f"got {len(names)} dtype(s) for {count} input(s)", op=self.name, arg="dtypes")
+        return names
 
     def __repr__(self) -> str:
         return f"<kiln op {self.name} ({self.family})>"

@@ -83,7 +83,8 @@ def check_forward(case: Case, seed: int = 0, target=None) -> None:
     kernel = kiln.build(case.op, case.shapes, dtypes, case.attrs, target=target)
     got = as_list(kernel(*arrays))
     want = as_list(op.reference(*arrays, **op.parse_attrs(case.attrs)))
-    parsed, out_shapes, out_dtypes = op.check(case.shapes, dtypes, case.attrs)
+    workload = op.check(case.shapes, dtypes, case.attrs)
+    parsed, out_shapes, out_dtypes = workload.attrs, workload.out_shapes, workload.out_dtypes
     if op.data_dependent:  # one output: the actual rows, within the bounds infer_shape gives
         out_shapes, out_dtypes = [op.infer_shape(*case.shapes, **parsed)], out_dtypes[:1]
     assert len(got) == len(want) == len(out_shapes)

@@ -141,7 +141,7 @@ def test_memory_refusal_gives_both_figures():
     from kiln.runtime.measure import check_measurable
 
     with pytest.raises(KilnError, match=r"needs about 5\.6 GiB .* but 1\.0 GiB"):
-        check_measurable("relu", [(300_000_000,)], ["float32"], input_copies=3, output_copies=2, available=1 << 30)
+        check_measurable(kiln.te.get_op("relu").check([(300_000_000,)]), input_copies=3, output_copies=2, available=1 << 30)
 
 
 @pytest.mark.skipif(tvm.cuda(0).exist, reason="a CUDA device is present: nothing to refuse")

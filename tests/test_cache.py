@@ -8,6 +8,7 @@ import textwrap
 import pytest
 
 import kiln
+from kiln.te import get_op
 from kiln.runtime import cache
 
 PROBE = textwrap.dedent("""
@@ -77,9 +78,12 @@ def test_memory_cache_returns_the_same_kernel_and_keys_cover_the_signature():
     first = kiln.build("add", [(3, 4), (4,)])
     compiled = cache.stats.compiled
     assert kiln.build("add", [(3, 4), (4,)]) is first and cache.stats.compiled == compiled
-    base = ("add", {}, [(3, 4), (4,)], ["float32", "float32"], "llvm -mcpu=x", "{}")
-    variants = [("subtract",) + base[1:], (base[0], {"a": 1}) + base[2:], base[:2] + ([(3, 5), (5,)],) + base[3:],
-                base[:3] + (["float64", "float64"],) + base[4:], base[:4] + ("llvm -mcpu=y", "{}"),
-                base[:5] + ('{"vector":1}',)]
-    keys = {cache.key_of(*v) for v in variants + [base]}
-    assert len(keys) == len(variants) + 1
+
+    def key(op="add", shapes=((3, 4), (4,)), dtypes="float32", attrs=None, target="llvm -mcpu=x", config="{}"):
+        return cache.key_of(get_op(op).check(shapes, dtypes, attrs), target, config)
+
+    variants = [key(), key("subtract"), key(shapes=((3, 5), (5,))), key(dtypes="float64"),
+                key(target="llvm -mcpu=y"), key(config='{"vector":1}'),
+                key("sum", ((3, 4),), attrs={"axis": 0}), key("sum", ((3, 4),), attrs={"axis": 1})]
+    assert len(set(variants)) == len(variants)
+    assert key() == key(shapes=[[3, 4], [4]], dtypes=["float32", "float32"])  # the same workload, spelled otherwise

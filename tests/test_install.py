@@ -13,6 +13,7 @@ from pathlib import Path
 import pytest
 
 import kiln
+from kiln import version
 from kiln.cli import build_parser
 from kiln.runtime import cache
 
@@ -69,9 +70,9 @@ def test_the_wheel_metadata_names_the_version_and_the_cpu_xgboost(wheel):
 
 def test_one_version_constant():
     assert re.fullmatch(r"\d+\.\d+\.\d+\S*", kiln.__version__)
-    assert cache.VERSION is kiln.__version__
+    assert cache.VERSION is kiln.__version__ is version.__version__
     pyproject = (ROOT / "pyproject.toml").read_text()
-    assert 'version = {attr = "kiln.__version__"}' in pyproject and not re.search(r'^version = "', pyproject,
+    assert 'version = {attr = "kiln.version.__version__"}' in pyproject and not re.search(r'^version = "', pyproject,
                                                                                     flags=re.M)
 
 
@@ -90,3 +91,26 @@ def test_python_dash_m_kiln_runs_the_command(tmp_path):
                          cwd=tmp_path)
     assert res.returncode == 0, res.stderr
     assert "matmul" in res.stdout
+
+
+def test_no_module_imports_the_package_root_from_below():
+    """Arrows point one way: a module inside a subpackage imports sibling
+    modules and subpackages, never names of the package root (``kiln``'s
+    ``__init__``), which imports them."""
+    import ast
+
+    offenders = []
+    for path in ROOT.rglob("*.py"):
+        rel = path.relative_to(ROOT)
+        if rel.parts[0] in NOT_SHIPPED | {".venv", "build"} or len(rel.parts) == 1:
+            continue
+        for node in ast.walk(ast.parse(path.read_text())):
+            if isinstance(node, ast.Import) and any(a.name == "kiln" for a in node.names):
+                offenders.append(f"{rel}: import kiln")
+            if not isinstance(node, ast.ImportFrom):
+                continue
+            if node.module == "kiln" or (node.level == len(rel.parts) and node.module is None):
+                root_names = [a.name for a in node.names
+                              if not (ROOT / a.name).is_dir() and not (ROOT / f"{a.name}.py").is_file()]
+                offenders += [f"{rel}: imports {n} from the package root" for n in root_names]
+    assert offenders == []

@@ -3,12 +3,15 @@ import json
 
 import numpy as np
 import pytest
+import tvm
+from tvm import te
 
 import kiln
 from kiln.errors import ScheduleError
-from kiln.schedules import Config, config_key, lookup
+from kiln.schedules import Config, apply, config_key
 from kiln.schedules.config import Split, clamp_factors
-from kiln.schedules.dispatch import _BY_OP, register_template
+from kiln.runtime.lower import declare
+from kiln.schedules.dispatch import _BY_OP, register_template, template_name
 from kiln.te import get_op
 
 
@@ -50,16 +53,23 @@ def test_config_key_is_canonical_json():
     assert json.loads(config_key({"b": (1, 2)})) == {"b": [1, 2]}
 
 
+def _dispatch(op, target_kind: str) -> str:
+    """The name of the template dispatch runs for ``op`` on 4-element inputs."""
+    inputs, outs = declare(op.check([(4,)] * op.arity))
+    sch = tvm.s_tir.Schedule(te.create_prim_func(inputs + outs))
+    return apply(op, target_kind, sch, sch.get_sblock(op.name), Config(kiln.cpu()))
+
+
 def test_dispatch_prefers_op_then_family_then_fallback():
     add = get_op("add")
-    assert lookup(add, "cpu").__name__ == "schedule_auto"
+    assert _dispatch(add, "cpu") == "generic.schedule_auto"
     marker = register_template("cpu", ops=("add",))(lambda sch, block, cfg: None)
     try:
-        assert lookup(add, "cpu") is marker
+        assert _dispatch(add, "cpu") == template_name(marker)
     finally:
         del _BY_OP[("add", "cpu")]
     with pytest.raises(ScheduleError, match="no schedule template"):
-        lookup(add, "no-such-target")
+        _dispatch(add, "no-such-target")
 
 
 def test_a_config_changes_the_schedule_and_keeps_the_result():

@@ -39,14 +39,14 @@ def _numpy_row(name, op, shapes, attrs, ref, repeat, target, reference="numpy", 
     kernel, arrays = _kernel(op, shapes, attrs)
     ref.prepare(op, kernel.shapes, kernel.dtypes, kernel.attrs)
     sides = compare({"kiln": kernel_sampler(kernel, arrays), "ref": ref.sample}, repeat)
-    unit, amount = work(op, kernel.shapes, kernel.dtypes, kernel.attrs)
+    unit, amount = work(kernel.workload)
     return make_row(name, unit, sides["kiln"], reference, sides["ref"], target, amount, extra=extra)
 
 
 def _torch_row(name, op, shapes, attrs, torch_fn, torch, repeat, target):
     """kiln's kernel against ``torch_fn(*tensors)`` on the same inputs (kiln's figure alone without torch)."""
     kernel, arrays = _kernel(op, shapes, attrs)
-    unit, amount = work(op, kernel.shapes, kernel.dtypes, kernel.attrs)
+    unit, amount = work(kernel.workload)
     samplers = {"kiln": kernel_sampler(kernel, arrays)}
     if torch is not None:
         tensors = [torch.from_numpy(a) for a in arrays]
@@ -80,7 +80,7 @@ def run(context, repeat: int, quick: bool = False) -> list[dict]:
     for op in ("add", "relu"):
         shapes = [(n,)] * (2 if op == "add" else 1)
         kernel, arrays = _kernel(op, shapes)
-        unit, amount = work(op, kernel.shapes, kernel.dtypes, kernel.attrs)
+        unit, amount = work(kernel.workload)
         kiln_side = compare({"kiln": kernel_sampler(kernel, arrays)}, repeat)["kiln"]
         rows.append(make_row(f"{op} over {n / (1 << 20):g}M floats", unit, kiln_side, "triad (header)", triad,
                              STREAM_TARGET, amount))
