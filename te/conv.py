@@ -18,8 +18,12 @@ from tvm import te, tirx
 from ..errors import ShapeError
 from . import attrs as A
 from .grad import as_dtype
-from .registry import Op, call, register
+from .oprefs import op_ref
+from .registry import Op, register
 from .shapes import FLOATS, dtype_of, is_static, promote, same_dim, shape_str, size, static
+
+# the gradients' ops that have no operator (see oprefs)
+conv2d, dilate = op_ref("conv2d"), op_ref("dilate")
 
 LAYOUT = A.Attr(A.one_of("NCHW", "NHWC"), default="NCHW", doc="NCHW (weights OIHW) or NHWC (weights HWIO)")
 
@@ -77,14 +81,14 @@ def pad_spatial(x, layout: str, padding: tuple, fill, name: str):
 
 
 def crop(t, axes: tuple, starts: tuple, lengths: tuple):
-    """``t[start:start + length]`` along each of ``axes`` (a getitem call when it cuts)."""
+    """``t[start:start + length]`` along each of ``axes`` (a getitem when it cuts)."""
     shape = tuple(t.shape)
     if all(s == 0 and static(shape[a]) == n for a, s, n in zip(axes, starts, lengths)):
         return t
-    index = [(None, None, None)] * len(shape)
+    index = [slice(None)] * len(shape)
     for a, s, n in zip(axes, starts, lengths):
-        index[a] = (s, s + n, 1)
-    return call("getitem", t, index=tuple(index))
+        index[a] = slice(s, s + n, 1)
+    return t[tuple(index)]
 
 
 def _kernel_dims(w, layout: str) -> tuple:
@@ -172,9 +176,9 @@ def _dilate(g, axes: tuple, stride: tuple):
     """``g`` with ``stride - 1`` zeros after each element along each of ``axes``
     (length ``n * stride``): the output gradient on the input's grid."""
     if stride[0] == stride[1]:
-        return call("dilate", g, axes=axes, dilation=stride[0] - 1) if stride[0] > 1 else g
+        return dilate(g, axes=axes, dilation=stride[0] - 1) if stride[0] > 1 else g
     for a, s in zip(axes, stride):
-        g = call("dilate", g, axes=(a,), dilation=s - 1) if s > 1 else g
+        g = dilate(g, axes=(a,), dilation=s - 1) if s > 1 else g
     return g
 
 
@@ -185,11 +189,11 @@ def _grad_x(g, x, w, layout, stride, padding, dilation):
     axes = spatial_axes(layout)
     _, _, kh, kw = _kernel_dims(tuple(w.shape), layout)
     if layout == "NCHW":
-        wt = call("transpose", call("flip", w, axis=(2, 3)), axes=(1, 0, 2, 3))
+        wt = w.flip((2, 3)).permute(1, 0, 2, 3)
     else:
-        wt = call("transpose", call("flip", w, axis=(0, 1)), axes=(0, 1, 3, 2))
+        wt = w.flip((0, 1)).permute(0, 1, 3, 2)
     full = ((kh - 1) * dilation[0], (kw - 1) * dilation[1])
-    gx = call("conv2d", _dilate(g, axes, stride), wt, layout=layout, padding=full, dilation=dilation)
+    gx = conv2d(_dilate(g, axes, stride), wt, layout=layout, padding=full, dilation=dilation)
     # The full convolution covers every padded-input position (it may run past the end).
     return crop(gx, axes, padding, tuple(static(x.shape[a]) for a in axes))
 
@@ -203,8 +207,8 @@ def _grad_w(g, x, w, layout, stride, padding, dilation):
     taps = tuple((static(g.shape[a]) - 1) * s + 1 for a, s in zip(axes, stride))
     gd = crop(_dilate(g, axes, stride), axes, (0, 0), taps)
     if layout == "NCHW":
-        xt, gt, back = call("transpose", x, axes=(1, 0, 2, 3)), call("transpose", gd, axes=(1, 0, 2, 3)), (1, 0, 2, 3)
+        xt, gt, back = x.permute(1, 0, 2, 3), gd.permute(1, 0, 2, 3), (1, 0, 2, 3)
     else:
-        xt, gt, back = call("transpose", x, axes=(3, 1, 2, 0)), call("transpose", gd, axes=(1, 2, 0, 3)), (1, 2, 0, 3)
-    gw = call("conv2d", xt, gt, layout=layout, padding=padding, stride=dilation)
-    return call("transpose", crop(gw, axes, (0, 0), (kh, kw)), axes=back)
+        xt, gt, back = x.permute(3, 1, 2, 0), gd.permute(1, 2, 0, 3), (1, 2, 0, 3)
+    gw = conv2d(xt, gt, layout=layout, padding=padding, stride=dilation)
+    return crop(gw, axes, (0, 0), (kh, kw)).permute(back)

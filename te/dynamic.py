@@ -16,8 +16,12 @@ from tvm import te, tirx
 
 from ..errors import DTypeError, ShapeError
 from . import nanmath
-from .registry import Op, call, register
+from .oprefs import op_ref
+from .registry import Op, register
 from .shapes import DTYPES, FLOATS, Bounded, NUMERIC, dtype_of, index_dim, same_dim, shape_str, size, static
+
+# the gradients' ops that have no operator (see oprefs)
+masked_scatter, pad = op_ref("masked_scatter"), op_ref("pad")
 
 
 def _flat(x, name: str):
@@ -123,7 +127,7 @@ class MaskedSelect(DataDependent):
         return x[mask]
 
     def gradient(self, g, node):
-        return call("masked_scatter", g, node.inputs[1]), None
+        return masked_scatter(g, node.inputs[1]), None
 
 
 @register
@@ -181,9 +185,9 @@ class MaskedScatter(Op):
 
     def gradient(self, g, node):
         values, mask = node.inputs
-        taken = call("masked_select", g, mask)  # values beyond the mask's count were not used: zero
+        taken = g.masked_select(mask)  # values beyond the mask's count were not used: zero
         extra = static(values.shape[0]) - taken.shape[0]
-        return (call("pad", taken, pad_width=((0, extra),)) if extra else taken), None
+        return (pad(taken, pad_width=((0, extra),)) if extra else taken), None
 
 
 @register

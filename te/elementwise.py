@@ -16,8 +16,11 @@ from ..errors import AttrError
 from . import attrs as A
 from . import fastmath, nanmath
 from .grad import cast_like, unbroadcast
-from .registry import Op, call, register
+from .oprefs import op_ref
+from .registry import Op, register
 from .shapes import FLOATS, NUMERIC, broadcast_index, broadcast_shapes, dtype_of, float_of, promote, size
+
+sign = op_ref("sign")  # abs's gradient: an op with no operator (see oprefs)
 
 
 def _map(x, fn, name, dtype):
@@ -53,7 +56,7 @@ class Negate(Unary):
     reference = staticmethod(np.negative)
 
     def gradient(self, g, node):
-        return (call("negate", g),)
+        return (-g,)
 
 
 @register
@@ -65,7 +68,7 @@ class Abs(Unary):
     reference = staticmethod(np.abs)
 
     def gradient(self, g, node):
-        return (call("multiply", g, call("sign", node.inputs[0])),)
+        return (g * sign(node.inputs[0]),)
 
 
 @register
@@ -93,7 +96,7 @@ class Relu(Unary):
         return np.maximum(x, np.zeros((), x.dtype))
 
     def gradient(self, g, node):
-        return (call("multiply", g, cast_like(call("greater_scalar", node, scalar=0), g)),)
+        return (g * cast_like(node > 0, g),)
 
 
 @register
@@ -106,7 +109,7 @@ class Exp(Unary):
     reference = staticmethod(np.exp)
 
     def gradient(self, g, node):
-        return (call("multiply", g, node),)
+        return (g * node,)
 
 
 @register
@@ -119,7 +122,7 @@ class Log(Unary):
     reference = staticmethod(np.log)
 
     def gradient(self, g, node):
-        return (call("divide", g, node.inputs[0]),)
+        return (g / node.inputs[0],)
 
 
 @register
@@ -132,7 +135,7 @@ class Sqrt(Unary):
     reference = staticmethod(np.sqrt)
 
     def gradient(self, g, node):
-        return (call("divide", g, call("multiply_scalar", node, scalar=2.0)),)
+        return (g / (node * 2.0),)
 
 
 @register
@@ -145,8 +148,7 @@ class Tanh(Unary):
     reference = staticmethod(np.tanh)
 
     def gradient(self, g, node):
-        one_minus_sq = call("rsubtract_scalar", call("multiply", node, node), scalar=1.0)
-        return (call("multiply", g, one_minus_sq),)
+        return (g * (1.0 - node * node),)
 
 
 @register
@@ -165,7 +167,7 @@ class Sigmoid(Unary):
         return 1 / (1 + np.exp(-x))
 
     def gradient(self, g, node):
-        return (call("multiply", g, call("multiply", node, call("rsubtract_scalar", node, scalar=1.0))),)
+        return (g * (node * (1.0 - node)),)
 
 
 @register
@@ -193,7 +195,7 @@ class Cast(Op):
 
     def gradient(self, g, node):
         x = node.inputs[0]
-        return (call("cast", g, dtype=x.dtype) if x.dtype in FLOATS else None,)
+        return (g.astype(x.dtype) if x.dtype in FLOATS else None,)
 
 
 # -- binary ops with numpy broadcasting ---------------------------------------------
@@ -251,7 +253,7 @@ class Subtract(Binary):
 
     def gradient(self, g, node):
         a, b = node.inputs
-        return unbroadcast(g, a.shape, a.dtype), unbroadcast(call("negate", g), b.shape, b.dtype)
+        return unbroadcast(g, a.shape, a.dtype), unbroadcast(-g, b.shape, b.dtype)
 
 
 @register
@@ -264,8 +266,7 @@ class Multiply(Binary):
 
     def gradient(self, g, node):
         a, b = node.inputs
-        return (unbroadcast(call("multiply", g, b), a.shape, a.dtype),
-                unbroadcast(call("multiply", g, a), b.shape, b.dtype))
+        return unbroadcast(g * b, a.shape, a.dtype), unbroadcast(g * a, b.shape, b.dtype)
 
 
 @register
@@ -283,8 +284,8 @@ class Divide(Binary):
 
     def gradient(self, g, node):
         a, b = node.inputs
-        ga = call("divide", g, b)
-        gb = call("negate", call("divide", call("multiply", g, node), b))
+        ga = g / b
+        gb = -(g * node / b)
         return unbroadcast(ga, a.shape, a.dtype), unbroadcast(gb, b.shape, b.dtype)
 
 
@@ -307,8 +308,8 @@ class Power(Binary):
 
     def gradient(self, g, node):
         a, b = node.inputs
-        ga = call("multiply", g, call("multiply", b, call("power", a, call("add_scalar", b, scalar=-1.0))))
-        gb = call("multiply", g, call("multiply", node, call("log", a)))
+        ga = g * (b * a ** (b - 1.0))
+        gb = g * (node * a.log())
         return unbroadcast(ga, a.shape, a.dtype), unbroadcast(gb, b.shape, b.dtype)
 
 
@@ -322,9 +323,8 @@ class Maximum(Binary):
 
     def gradient(self, g, node):
         a, b = node.inputs
-        mask = call("greater_equal", a, b)
-        ga = call("multiply", g, cast_like(mask, g))
-        gb = call("subtract", g, ga)
+        ga = g * cast_like(a >= b, g)
+        gb = g - ga
         return unbroadcast(ga, a.shape, a.dtype), unbroadcast(gb, b.shape, b.dtype)
 
 

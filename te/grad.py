@@ -1,14 +1,13 @@
-"""Helpers for writing gradients with registered ops."""
+"""Helpers for writing gradients as arithmetic on values (``ValueOps``)."""
 from __future__ import annotations
 
-from .registry import call
 from .shapes import is_static, static
 
 
 def as_dtype(grad, dtype: str):
     """``grad`` in its input's ``dtype``: an op that promoted a float32 input
     to float64 gives it a float32 gradient, as PyTorch does."""
-    return grad if grad.dtype == dtype else call("cast", grad, dtype=dtype)
+    return grad if grad.dtype == dtype else grad.astype(dtype)
 
 
 def unbroadcast(grad, shape, dtype: str | None = None):
@@ -24,9 +23,9 @@ def unbroadcast(grad, shape, dtype: str | None = None):
     axes = list(range(lead))
     axes += [lead + i for i, d in enumerate(shape)
              if is_static(d) and static(d) == 1 and not (is_static(gshape[lead + i]) and static(gshape[lead + i]) == 1)]
-    out = call("sum", grad, axis=tuple(axes), keepdims=False) if axes else grad
+    out = grad.sum(tuple(axes)) if axes else grad
     if tuple(out.shape) != shape:
-        out = call("reshape", out, shape=shape)
+        out = out.reshape(shape)
     return out
 
 
@@ -36,4 +35,4 @@ def _same(a, b) -> bool:
 
 def cast_like(mask, like):
     """A 0/1 mask (bool) as a tensor of ``like``'s dtype."""
-    return call("cast", mask, dtype=like.dtype)
+    return mask.astype(like.dtype)

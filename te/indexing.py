@@ -7,8 +7,12 @@ from tvm import te, tirx
 
 from ..errors import AttrError, ShapeError
 from . import attrs as A
-from .registry import Op, call, register
+from .oprefs import op_ref
+from .registry import Op, register
 from .shapes import dtype_of, is_static, normalize_axis, promote, same_dim, shape_str, static
+
+# the gradients' ops that have no operator (see oprefs)
+getitem_grad, split, concatenate = op_ref("getitem_grad"), op_ref("split"), op_ref("concatenate")
 
 
 def _index(op: str, name: str, value):
@@ -91,7 +95,7 @@ class GetItem(Op):
 
     def gradient(self, g, node):
         x = node.inputs[0]
-        return (call("getitem_grad", g, index=node.attrs["index"], shape=tuple(x.shape)),)
+        return (getitem_grad(g, index=node.attrs["index"], shape=tuple(x.shape)),)
 
 
 @register
@@ -134,7 +138,7 @@ class GetItemGrad(Op):
         return out
 
     def gradient(self, g, node):
-        return (call("getitem", g, index=node.attrs["index"]),)
+        return (g[node.attrs["index"]],)
 
 
 class _Join(Op):
@@ -195,9 +199,9 @@ class Stack(_Join):
 
     def gradient(self, g, node):
         ax = normalize_axis(self.name, node.attrs["axis"], len(g.shape))
-        parts = call("split", g, axis=ax, sections=len(node.inputs))
+        parts = split(g, axis=ax, sections=len(node.inputs))
         parts = parts if isinstance(parts, (list, tuple)) else [parts]
-        return tuple(call("reshape", p, shape=tuple(x.shape)) for p, x in zip(parts, node.inputs))
+        return tuple(p.reshape(x.shape) for p, x in zip(parts, node.inputs))
 
 
 @register
@@ -236,8 +240,7 @@ class Concatenate(_Join):
         grads, off = [], 0
         for x in node.inputs:
             n = static(x.shape[ax])
-            index = tuple((off, off + n, 1) if j == ax else (None, None, None) for j in range(len(g.shape)))
-            grads.append(call("getitem", g, index=index))
+            grads.append(g[tuple(slice(off, off + n, 1) if j == ax else slice(None) for j in range(len(g.shape)))])
             off += n
         return tuple(grads)
 
@@ -278,4 +281,4 @@ class Split(Op):
         return [p.copy() for p in np.split(x, sections, axis=axis)]
 
     def gradient(self, out_grads, node):
-        return (call("concatenate", *out_grads, axis=node.attrs["axis"]),)
+        return (concatenate(*out_grads, axis=node.attrs["axis"]),)

@@ -15,9 +15,13 @@ from ..errors import AttrError, ShapeError
 from . import attrs as A
 from . import nanmath
 from .grad import as_dtype, cast_like, unbroadcast
-from .registry import Op, call, register
+from .oprefs import op_ref
+from .registry import Op, register
 from .shapes import (FLOATS, NUMERIC, broadcast_index, broadcast_shapes, dtype_of, promote, same_dim,
                      shape_str, size, static)
+
+# matmul of transposed operands (the transpose_a/transpose_b attrs), for which ``@`` has no spelling
+matmul = op_ref("matmul")
 
 
 def _swap(shape):
@@ -112,27 +116,26 @@ class Matmul(Op):
         ta, tb = node.attrs["transpose_a"], node.attrs["transpose_b"]
         # C = op(A) op(B): each adjoint is one more matmul with transposed operands.
         if not ta and not tb:
-            ga, gb = call("matmul", g, b, transpose_b=True), call("matmul", a, g, transpose_a=True)
+            ga, gb = matmul(g, b, transpose_b=True), matmul(a, g, transpose_a=True)
         elif ta and not tb:
-            ga, gb = call("matmul", b, g, transpose_b=True), call("matmul", a, g)
+            ga, gb = matmul(b, g, transpose_b=True), a @ g
         elif tb and not ta:
-            ga, gb = call("matmul", g, b), call("matmul", g, a, transpose_a=True)
+            ga, gb = g @ b, matmul(g, a, transpose_a=True)
         else:
-            ga = call("matmul", b, g, transpose_a=True, transpose_b=True)
-            gb = call("matmul", g, a, transpose_a=True, transpose_b=True)
+            ga = matmul(b, g, transpose_a=True, transpose_b=True)
+            gb = matmul(g, a, transpose_a=True, transpose_b=True)
         return unbroadcast(ga, a.shape, a.dtype), unbroadcast(gb, b.shape, b.dtype)
 
     @staticmethod
     def _vector_gradient(g, a, b):
         """1-D operands: lift them to matrices, reuse the matrix rule, drop the dims again."""
-        a2 = call("reshape", a, shape=(1,) + tuple(a.shape)) if len(a.shape) == 1 else a
-        b2 = call("reshape", b, shape=tuple(b.shape) + (1,)) if len(b.shape) == 1 else b
-        out2 = tuple(call("matmul", a2, b2).shape)
-        g2 = call("reshape", g, shape=out2)
-        ga = call("matmul", g2, b2, transpose_b=True)
-        gb = call("matmul", a2, g2, transpose_a=True)
-        return (call("reshape", unbroadcast(ga, a2.shape, a.dtype), shape=tuple(a.shape)),
-                call("reshape", unbroadcast(gb, b2.shape, b.dtype), shape=tuple(b.shape)))
+        a2 = a.reshape((1,) + tuple(a.shape)) if len(a.shape) == 1 else a
+        b2 = b.reshape(tuple(b.shape) + (1,)) if len(b.shape) == 1 else b
+        g2 = g.reshape((a2 @ b2).shape)
+        ga = matmul(g2, b2, transpose_b=True)
+        gb = matmul(a2, g2, transpose_a=True)
+        return (unbroadcast(ga, a2.shape, a.dtype).reshape(a.shape),
+                unbroadcast(gb, b2.shape, b.dtype).reshape(b.shape))
 
 
 @register
@@ -185,7 +188,7 @@ class Dense(Op):
     def gradient(self, g, node):
         x, w, b = node.inputs
         if node.attrs["relu"]:
-            g = call("multiply", g, cast_like(call("greater_scalar", node, scalar=0), g))
-        gx = call("matmul", g, w, transpose_b=True)
-        gw = call("matmul", x, g, transpose_a=True)
-        return as_dtype(gx, x.dtype), as_dtype(gw, w.dtype), as_dtype(call("sum", g, axis=0), b.dtype)
+            g = g * cast_like(node > 0, g)
+        gx = matmul(g, w, transpose_b=True)
+        gw = matmul(x, g, transpose_a=True)
+        return as_dtype(gx, x.dtype), as_dtype(gw, w.dtype), as_dtype(g.sum(axis=0), b.dtype)

@@ -16,8 +16,13 @@ from ..errors import ShapeError
 from . import attrs as A
 from . import nanmath
 from .conv import window_out
-from .registry import Op, call, register
+from .oprefs import op_ref
+from .registry import Op, register
 from .shapes import FLOATS, dtype_of, promote, shape_str, size, static
+
+# the gradients' ops that have no operator (see oprefs)
+max_pool2d_grad, avg_pool2d_grad = op_ref("max_pool2d_grad"), op_ref("avg_pool2d_grad")
+avg_pool2d = op_ref("avg_pool2d")
 
 POOL_ATTRS = {
     "kernel": A.Attr(A.int_tuple(2, minimum=1), doc="(h, w) window"),
@@ -114,7 +119,7 @@ class MaxPool2d(_Pool):
         return _to_layout(_windows_np(x, fill=-np.inf, **attrs).max(axis=(4, 5)), attrs["layout"])
 
     def gradient(self, g, node):
-        return (call("max_pool2d_grad", node.inputs[0], g, **node.attrs),)
+        return (max_pool2d_grad(node.inputs[0], g, **node.attrs),)
 
 
 @register
@@ -141,7 +146,7 @@ class AvgPool2d(_Pool):
         return _to_layout(total / count, attrs["layout"])
 
     def gradient(self, g, node):
-        return (call("avg_pool2d_grad", g, shape=tuple(node.inputs[0].shape), **node.attrs),)
+        return (avg_pool2d_grad(g, shape=tuple(node.inputs[0].shape), **node.attrs),)
 
 
 def _count(i, op: str, x_shape, attrs, dt):
@@ -262,7 +267,7 @@ class AvgPool2dGrad(_PoolGrad):
     attrs = {**POOL_ATTRS, "shape": A.Attr(A.int_tuple(4, minimum=1), doc="the pooled input's shape")}
 
     def gradient(self, g, node):
-        return (call("avg_pool2d", g, **{k: v for k, v in node.attrs.items() if k != "shape"}),)
+        return (avg_pool2d(g, **{k: v for k, v in node.attrs.items() if k != "shape"}),)
 
     def infer_shape(self, g, shape, **attrs):
         want = _Pool.infer_shape(self, shape, **attrs)
@@ -338,6 +343,6 @@ class GlobalAvgPool2d(Op):
         x, layout = node.inputs[0], node.attrs["layout"]
         ha, wa = _axes(layout)
         kept = tuple(1 if k in (ha, wa) else d for k, d in enumerate(x.shape))
-        g = g if tuple(g.shape) == kept else call("reshape", g, shape=kept)
+        g = g if tuple(g.shape) == kept else g.reshape(kept)
         hw = float(static(x.shape[ha]) * static(x.shape[wa]))
-        return (call("broadcast_to", call("divide_scalar", g, scalar=hw), shape=tuple(x.shape)),)
+        return ((g / hw).broadcast_to(x.shape),)

@@ -13,7 +13,7 @@ from tvm import te, tirx
 from ..errors import ShapeError
 from . import attrs as A
 from . import fastmath, nanmath
-from .registry import Op, call, register
+from .registry import Op, register
 from .shapes import NUMERIC, dtype_of, float_of, is_static, normalize_axes, size, static
 
 REDUCE_ATTRS = {
@@ -67,8 +67,8 @@ class Reduction(Op):
         axes = self.axes_of(x.shape, node.attrs["axis"])
         kept = reduced_shape(x.shape, axes, True)
         if tuple(value.shape) != kept:
-            value = call("reshape", value, shape=kept)
-        return call("broadcast_to", value, shape=tuple(x.shape))
+            value = value.reshape(kept)
+        return value.broadcast_to(x.shape)
 
 
 @register
@@ -114,8 +114,8 @@ class Max(Reduction):
     def gradient(self, g, node):
         # Every element equal to the max receives the gradient (ties all get it).
         x = node.inputs[0]
-        mask = call("cast", call("equal", x, self.expand_back(node, node)), dtype=x.dtype)
-        return (call("multiply", mask, self.expand_back(g, node)),)
+        mask = (x == self.expand_back(node, node)).astype(x.dtype)  # elementwise: the op ``equal``
+        return (mask * self.expand_back(g, node),)
 
 
 @register
@@ -144,7 +144,7 @@ class Mean(Reduction):
     def gradient(self, g, node):
         x = node.inputs[0]
         count = size([x.shape[a] for a in self.axes_of(x.shape, node.attrs["axis"])])
-        return (call("divide_scalar", self.expand_back(g, node), scalar=float(count)),)
+        return (self.expand_back(g, node) / float(count),)
 
 
 @register
@@ -185,5 +185,4 @@ class LogSumExp(Reduction):
 
     def gradient(self, g, node):
         x = node.inputs[0]
-        soft = call("exp", call("subtract", x, self.expand_back(node, node)))
-        return (call("multiply", soft, self.expand_back(g, node)),)
+        return ((x - self.expand_back(node, node)).exp() * self.expand_back(g, node),)

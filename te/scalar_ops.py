@@ -12,7 +12,7 @@ from ..errors import AttrError
 from . import attrs as A
 from .elementwise import Add, Binary, Divide, Equal, Greater, GreaterEqual, Maximum, Multiply, Power, Subtract
 from .grad import cast_like
-from .registry import Op, call, get_op, register
+from .registry import Op, get_op, register
 from .shapes import dtype_of, result_type
 
 
@@ -79,18 +79,15 @@ def _scalar_attr(node):
 
 AddScalar = _scalar_op(Add, _same_grad)
 SubtractScalar = _scalar_op(Subtract, _same_grad)
-RSubtractScalar = _scalar_op(Subtract, lambda self, g, node: (call("negate", g),), reverse=True)
-MultiplyScalar = _scalar_op(Multiply, lambda self, g, node: (
-    call("multiply_scalar", g, scalar=_scalar_attr(node)),))
-DivideScalar = _scalar_op(Divide, lambda self, g, node: (
-    call("divide_scalar", g, scalar=_scalar_attr(node)),))
-RDivideScalar = _scalar_op(Divide, lambda self, g, node: (
-    call("negate", call("divide", call("multiply", g, node), node.inputs[0])),), reverse=True, reads=((0,), True))
-PowerScalar = _scalar_op(Power, lambda self, g, node: (call("multiply", g, call(
-    "multiply_scalar", call("power_scalar", node.inputs[0], scalar=_scalar_attr(node) - 1),
-    scalar=_scalar_attr(node))),), reads=((0,), False))
-MaximumScalar = _scalar_op(Maximum, lambda self, g, node: (call("multiply", g, cast_like(
-    call("greater_equal_scalar", node.inputs[0], scalar=_scalar_attr(node)), g)),), reads=((0,), False))
+RSubtractScalar = _scalar_op(Subtract, lambda self, g, node: (-g,), reverse=True)
+MultiplyScalar = _scalar_op(Multiply, lambda self, g, node: (g * _scalar_attr(node),))
+DivideScalar = _scalar_op(Divide, lambda self, g, node: (g / _scalar_attr(node),))
+RDivideScalar = _scalar_op(Divide, lambda self, g, node: (-(g * node / node.inputs[0]),), reverse=True,
+                           reads=((0,), True))
+PowerScalar = _scalar_op(Power, lambda self, g, node: (
+    g * (node.inputs[0] ** (_scalar_attr(node) - 1) * _scalar_attr(node)),), reads=((0,), False))
+MaximumScalar = _scalar_op(Maximum, lambda self, g, node: (
+    g * cast_like(node.inputs[0] >= _scalar_attr(node), g),), reads=((0,), False))
 EqualScalar = _scalar_op(Equal)
 GreaterEqualScalar = _scalar_op(GreaterEqual)
 GreaterScalar = _scalar_op(Greater)

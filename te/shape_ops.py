@@ -11,9 +11,13 @@ from tvm import te, tirx
 from ..errors import ShapeError
 from . import attrs as A
 from .grad import unbroadcast
-from .registry import Op, call, register
+from .oprefs import op_ref
+from .registry import Op, register
 from .shapes import (broadcast_index, broadcast_shapes, canonical, dtype_of, index_dim, is_static, normalize_axes, shape_str,
                      size, static)
+
+# the gradients' ops that have no operator (see oprefs)
+dilate, undilate = op_ref("dilate"), op_ref("undilate")
 
 
 def _int_shape(op: str, name: str, value):
@@ -78,7 +82,7 @@ class Reshape(Op):
         return np.reshape(x, shape)
 
     def gradient(self, g, node):
-        return (call("reshape", g, shape=tuple(node.inputs[0].shape)),)
+        return (g.reshape(node.inputs[0].shape),)
 
 
 @register
@@ -141,7 +145,7 @@ class Transpose(Op):
 
     def gradient(self, g, node):
         perm = self.perm(len(node.inputs[0].shape), node.attrs["axes"])
-        return (call("transpose", g, axes=tuple(perm.index(k) for k in range(len(perm)))),)
+        return (g.permute(tuple(perm.index(k) for k in range(len(perm)))),)
 
 
 @register
@@ -164,7 +168,7 @@ class Flip(Op):
         return np.flip(x, axis)
 
     def gradient(self, g, node):
-        return (call("flip", g, axis=node.attrs["axis"]),)
+        return (g.flip(node.attrs["axis"]),)
 
 
 def _pad_width(op: str, name: str, value):
@@ -204,8 +208,7 @@ class Pad(Op):
 
     def gradient(self, g, node):
         x = node.inputs[0]
-        index = tuple((lo, lo + d, 1) for (lo, _), d in zip(node.attrs["pad_width"], x.shape))
-        return (call("getitem", g, index=index),)
+        return (g[tuple(slice(lo, lo + d, 1) for (lo, _), d in zip(node.attrs["pad_width"], x.shape))],)
 
 
 class _Dilation(Op):
@@ -247,7 +250,7 @@ class Dilate(_Dilation):
         return out
 
     def gradient(self, g, node):
-        return (call("undilate", g, **node.attrs),)
+        return (undilate(g, **node.attrs),)
 
 
 @register
@@ -274,7 +277,7 @@ class Undilate(_Dilation):
 
     def gradient(self, g, node):
         x = node.inputs[0]
-        grown = call("dilate", g, **node.attrs)
+        grown = dilate(g, **node.attrs)
         if tuple(grown.shape) == tuple(x.shape):
             return (grown,)
-        return (call("getitem", grown, index=tuple((0, d, 1) for d in x.shape)),)
+        return (grown[tuple(slice(0, d, 1) for d in x.shape)],)

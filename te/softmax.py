@@ -13,8 +13,11 @@ from tvm import te, tirx
 from ..errors import DTypeError, ShapeError
 from . import attrs as A
 from . import fastmath, nanmath
-from .registry import Op, call, register
+from .oprefs import op_ref
+from .registry import Op, register
 from .shapes import FLOATS, INTS, dtype_of, normalize_axis, same_dim, shape_str, size, static
+
+one_hot = op_ref("one_hot")  # the cross-entropy's gradient: an op with no operator (see oprefs)
 
 
 def _row_stages(x, axis):
@@ -80,8 +83,8 @@ class Softmax(RowOp):
 
     def gradient(self, g, node):
         axis = node.attrs["axis"]
-        gs = call("multiply", g, node)
-        return (call("subtract", gs, call("multiply", node, call("sum", gs, axis=axis, keepdims=True))),)
+        gs = g * node
+        return (gs - node * gs.sum(axis, keepdims=True),)
 
 
 @register
@@ -102,8 +105,7 @@ class LogSoftmax(RowOp):
 
     def gradient(self, g, node):
         axis = node.attrs["axis"]
-        total = call("sum", g, axis=axis, keepdims=True)
-        return (call("subtract", g, call("multiply", call("exp", node), total)),)
+        return (g - node.exp() * g.sum(axis, keepdims=True),)
 
 
 @register
@@ -176,7 +178,5 @@ class SoftmaxCrossEntropy(Op):
     def gradient(self, g, node):
         logits, labels = node.inputs
         n = logits.shape[0]
-        diff = call("subtract", call("softmax", logits, axis=1),
-                    call("one_hot", labels, num_classes=int(static(logits.shape[1])), dtype=logits.dtype))
-        scale = call("divide_scalar", g, scalar=float(static(n)))
-        return call("multiply", diff, scale), None
+        diff = logits.softmax(axis=1) - one_hot(labels, num_classes=int(static(logits.shape[1])), dtype=logits.dtype)
+        return diff * (g / float(static(n))), None

@@ -9,6 +9,7 @@ import numpy as np
 
 import kiln
 from kiln.te import Bounded, get_op
+from kiln.te.value import ValueOps
 
 TOL = {"float32": dict(rtol=2e-4, atol=2e-5), "float64": dict(rtol=1e-9, atol=1e-10)}
 
@@ -97,8 +98,10 @@ def check_forward(case: Case, seed: int = 0, target=None) -> None:
 
 
 # -- an eager evaluator: gradients are graphs of ops, evaluated with compiled kernels --
-class Eager:
+class Eager(ValueOps):
     """A value for ``kiln.te.call``: each op runs as a compiled kernel at once.
+    Like every kiln value it has the operators (``g * node``, ``x.sum(1)``), so
+    gradients run here as they run in autograd and in the exporter's tracer.
     A hollow value (``data=None``) has a shape and dtype only: it stands for
     what an op's gradient declared it does not read, and reading it fails."""
 
@@ -111,6 +114,7 @@ class Eager:
 
     shape = property(lambda self: self.data.shape if self.data is not None else self._like[0])
     dtype = property(lambda self: str(self.data.dtype) if self.data is not None else self._like[1])
+    ndim = property(lambda self: len(self.shape))
 
     def hollow(self) -> "Eager":
         return Eager(None, self.inputs, self.attrs, self.op, like=(self.shape, self.dtype))
