@@ -131,7 +131,12 @@ class Matmul(Op):
         """1-D operands: lift them to matrices, reuse the matrix rule, drop the dims again."""
         a2 = a.reshape((1,) + tuple(a.shape)) if len(a.shape) == 1 else a
         b2 = b.reshape(tuple(b.shape) + (1,)) if len(b.shape) == 1 else b
-        g2 = g.reshape((a2 @ b2).shape)
+        shape = tuple(g.shape)  # the output with the lifted dims put back: (..., m, n)
+        if len(b.shape) == 1:
+            shape = shape + (1,)
+        if len(a.shape) == 1:
+            shape = shape[:-1] + (1,) + shape[-1:]
+        g2 = g.reshape(shape)
         ga = matmul(g2, b2, transpose_b=True)
         gb = matmul(a2, g2, transpose_a=True)
         return (unbroadcast(ga, a2.shape, a.dtype).reshape(a.shape),

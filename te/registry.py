@@ -1,8 +1,9 @@
 """The operator registry: each op is declared once, as one class.
 
 An op knows its attributes, its shape and dtype rules, its tensor expression
-(``compute``), its adjoint (``gradient``, written with other registered ops so
-gradients are graphs) and a numpy ``reference`` used by tests::
+(``compute``), its adjoint (``gradient``, written as arithmetic on values —
+every operator and method is a registered op, so gradients are graphs) and a
+numpy ``reference`` used by tests::
 
     @register
     class Exp(Op):
@@ -10,7 +11,7 @@ gradients are graphs) and a numpy ``reference`` used by tests::
         def compute(self, x):
             return te.compute(x.shape, lambda *i: tirx.exp(x(*i)), name="exp", tag="injective")
         def gradient(self, out_grad, node):
-            return (call("multiply", out_grad, node),)
+            return (out_grad * node,)
         def reference(self, x):
             return np.exp(x)
 
@@ -195,8 +196,8 @@ def list_ops() -> list[str]:
 def call(name: str, *inputs, **attrs):
     """Apply the registered op ``name`` to values of an evaluation backend.
 
-    Gradients are written with ``call`` so they stay graphs of registered ops.
-    The backend is the type of an input that has ``_kiln_apply`` — the autograd
+    Gradients use the values' operators (``g * node``) and, for ops with no
+    operator, references checked at import (``kiln.te.oprefs.op_ref``). The backend is the type of an input that has ``_kiln_apply`` — the autograd
     ``Tensor``, the exporter's traced value, or the test suite's evaluator —
     the one with the highest ``_kiln_priority`` when inputs mix kinds.
     """

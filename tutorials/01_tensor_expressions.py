@@ -72,10 +72,9 @@ class FakeQuant(Op):
 
     def gradient(self, g, node):
         # straight-through: pass the gradient where scale * x was inside the range
-        scaled = call("multiply_scalar", node.inputs[0], scalar=node.attrs["scale"])
-        inside = call("multiply", call("cast", call("greater_equal_scalar", scaled, scalar=LOW), dtype=g.dtype),
-                      call("cast", call("greater_equal_scalar", call("negate", scaled), scalar=-HIGH), dtype=g.dtype))
-        return (call("multiply", g, inside),)
+        scaled = node.inputs[0] * node.attrs["scale"]
+        inside = (scaled >= LOW).astype(g.dtype) * (-scaled >= -HIGH).astype(g.dtype)
+        return (g * inside,)
 
 
 if "fake_quant" not in kiln.te.list_ops():  # registering twice in one process is an error
