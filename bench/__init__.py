@@ -5,6 +5,10 @@ run, at their full speed, synchronized, interleaved, with the spread.
 - ``suites``: the cpu, train and inference suites (``kiln bench --suite``);
 - ``machine``: the header every result carries (CPU, ISA, FMA peak, triad, BLAS);
 - ``reference``: numpy/OpenBLAS in a child process without the OpenBLAS pins;
-- ``timing``: warm-up until stable, interleaved samples, spread;
+- ``timing``: warm-up until stable, interleaved samples, spread; samplers of
+  a Python call, a kiln kernel and a module compiled by hand (exported here);
 - ``report``: text, Markdown, JSON and the bar chart of ratios.
 """
+from .timing import calls_sampler, compare, kernel_sampler, module_sampler
+
+__all__ = ["calls_sampler", "compare", "kernel_sampler", "module_sampler"]

@@ -143,20 +143,29 @@ def wait_until_idle(max_wait: float | None = None) -> float:
 
     Own CPU time comes from ``time.process_time`` (exact); the children's from
     ``psutil`` (in clock ticks, 10 ms), so a child counts as idle when its
-    time did not move by more than a tick over a window.
+    time did not move by more than a tick over a window. Own time is read
+    after psutil's scan of the process table, whose cost (about 1.5 ms for 80
+    processes, more on a crowded machine) would otherwise count as this
+    process being busy and, near the 2 ms threshold, make every wait last
+    ``max_wait``.
     """
     max_wait = SETTLE_S if max_wait is None else max_wait
     start = time.perf_counter()
     if max_wait <= 0:
         return 0.0
-    own, children = time.process_time(), _children_cpu_s()
+    children, own = _children_cpu_s(), time.process_time()
     while time.perf_counter() - start < max_wait:
         time.sleep(SETTLE_WINDOW_S)
         own_now, children_now = time.process_time(), _children_cpu_s()
         if own_now - own < IDLE_SHARE * SETTLE_WINDOW_S and children_now - children <= 0.011:
             break
-        own, children = own_now, children_now
+        children, own = children_now, time.process_time()
     return time.perf_counter() - start
+
+
+def _min_repeat_ms(min_time: float | None) -> int:
+    """``min_time`` seconds (default ``MIN_SAMPLE_S``) as ``time_evaluator``'s whole milliseconds."""
+    return max(1, int((MIN_SAMPLE_S if min_time is None else min_time) * 1e3))
 
 
 def kernel_sampler(kernel, arrays: Sequence[np.ndarray], min_time: float | None = None) -> Sampler:
@@ -165,8 +174,24 @@ def kernel_sampler(kernel, arrays: Sequence[np.ndarray], min_time: float | None 
     ``MIN_SAMPLE_S``) per sample."""
     import tvm
 
-    min_time = MIN_SAMPLE_S if min_time is None else min_time
     dev = kernel.target.device()
     tensors = [tvm.runtime.tensor(a, dev) for a in arrays]
-    min_ms = max(1, int(min_time * 1e3))
+    min_ms = _min_repeat_ms(min_time)
     return lambda: kernel.time(*tensors, number=1, repeat=1, min_repeat_ms=min_ms)["median"]
+
+
+def module_sampler(module, tensors: Sequence, min_time: float | None = None) -> Sampler:
+    """A sampler of a compiled module's ``main``: TVM's ``time_evaluator`` on
+    ``tensors`` (its inputs then its outputs, all on the device it runs on),
+    one repeat lasting at least ``min_time`` (default ``MIN_SAMPLE_S``) per
+    sample.
+
+    For a module compiled outside kiln's kernel cache — a hand-written
+    schedule passed to ``tvm.compile`` (give its ``.mod``) — where
+    ``kernel_sampler`` times a kiln kernel.
+    """
+    if not tensors:
+        raise AttrError("got no tensors, expected the module's inputs and outputs on its device", arg="tensors")
+    timer = module.time_evaluator("main", tensors[0].device, number=1, repeat=1,
+                                  min_repeat_ms=_min_repeat_ms(min_time))
+    return lambda: timer(*tensors).median

@@ -42,6 +42,25 @@ def test_compare_warms_each_side_then_interleaves_them():
     assert out["kiln"]["samples"] == 3 and out["ref"]["median_s"] == 1.0
 
 
+def test_module_sampler_times_main_on_the_given_tensors_for_at_least_min_time():
+    from tvm import te
+
+    n = 1 << 16
+    A = te.placeholder((n,), "float32", name="A")
+    C = te.compute((n,), lambda i: A[i] * 2.0, name="C")
+    executable = tvm.compile(te.create_prim_func([A, C]), target=kiln.cpu().tvm)
+    a_np = np.arange(n, dtype="float32")
+    a, c = tvm.runtime.tensor(a_np), tvm.runtime.tensor(np.zeros(n, "float32"))
+    sample = timing.module_sampler(executable.mod, [a, c], min_time=0.05)
+    start = time.perf_counter()
+    seconds = sample()
+    elapsed = time.perf_counter() - start
+    assert 0 < seconds < elapsed and elapsed >= 0.05  # a per-call average over a sample of >= min_time
+    np.testing.assert_array_equal(c.numpy(), a_np * 2)  # it ran main on these tensors
+    with pytest.raises(KilnError, match="tensors"):
+        timing.module_sampler(executable.mod, [])
+
+
 @pytest.mark.parametrize("repeat", [0, -1, 2.5, True])
 def test_repeat_must_be_a_positive_int(repeat):
     with pytest.raises(KilnError, match="repeat"):
@@ -208,3 +227,14 @@ def test_samples_wait_for_spinning_threads_to_go_idle():
     waited = timing.wait_until_idle(2.0)
     spinner.join()
     assert 0.3 <= waited < 2.0, waited
+
+
+def test_the_process_table_scan_does_not_count_as_being_busy(monkeypatch):
+    def slow_scan():  # psutil's walk of a crowded process table: 3 ms of this process's CPU
+        end = time.process_time() + 0.003
+        while time.process_time() < end:
+            pass
+        return 0.0
+
+    monkeypatch.setattr(timing, "_children_cpu_s", slow_scan)
+    assert timing.wait_until_idle(1.0) < 0.2

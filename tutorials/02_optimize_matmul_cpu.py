@@ -3,10 +3,15 @@ Optimizing matmul on a CPU, one step at a time
 ==============================================
 
 You will learn how each classic optimization changes the loop nest and the
-speed of ``C = A @ B``, measured beside numpy (OpenBLAS) in the same run:
+speed of ``C = A @ B``, timed beside numpy (OpenBLAS) in the same run:
 
 naive -> loop reorder -> register tiling -> cache tiling -> packing B ->
 vectorize -> parallel -> kiln's default template.
+
+Each step is one function that writes its whole schedule, starting from the
+plain declaration, so that it reads on its own (``# new`` marks what a step
+adds to the one before); ``report`` compiles it, checks it against numpy,
+times it and prints its loop nest.
 
 Register tiling keeps a ``v1 x v2`` tile of C in registers while k runs: each
 loaded A element is reused ``v2`` times and each B element ``v1`` times, so
@@ -17,30 +22,36 @@ for a quick run).
 """
 # %%
 import os
-import time
 
 import numpy as np
 import tvm
 from tvm import te
 
 import kiln
+from kiln.bench import compare, kernel_sampler, module_sampler
+from kiln.bench.reference import NumpyReference
 
 SMALL = os.environ.get("KILN_TUTORIAL_SMALL") == "1"
 N = 128 if SMALL else 1024
 TM, TN, TK = 8, 32, 64  # register tile rows, columns (2 AVX-512 vectors), k block
+FLOP = 2 * N ** 3
 target = kiln.cpu()
 
 rng = np.random.default_rng(0)
 a_np, b_np = rng.random((N, N), dtype=np.float32), rng.random((N, N), dtype=np.float32)
 a, b = tvm.runtime.tensor(a_np), tvm.runtime.tensor(b_np)
-want = a_np @ b_np  # warm-up: starts OpenBLAS's threads
-start = time.perf_counter()
-for _ in range(3):
-    want = a_np @ b_np
-numpy_gflops = 2 * N ** 3 / ((time.perf_counter() - start) / 3) / 1e9
+want = a_np @ b_np
+
+# numpy's matmul is the yardstick. It runs in a child process, at full speed
+# (without the OpenBLAS pins some machines set), and every step is timed
+# interleaved with it, warmed up first (kiln.bench.timing), so that a change
+# in the machine's speed hits both sides.
+numpy_blas = NumpyReference()
+numpy_blas.prepare("matmul", [(N, N), (N, N)], ["float32"] * 2, {"transpose_a": False, "transpose_b": False})
 
 
 def declare():
+    """``C = A @ B`` as a tensor expression, in a fresh schedule."""
     A = te.placeholder((N, N), "float32", name="A")
     B = te.placeholder((N, N), "float32", name="B")
     k = te.reduce_axis((0, N), "k")
@@ -48,65 +59,162 @@ def declare():
     return tvm.s_tir.Schedule(te.create_prim_func([A, B, C]))
 
 
+def print_speed(step, sampler):
+    """Time ``sampler`` interleaved with numpy and print both rates."""
+    sides = compare({"kiln": sampler, "numpy": numpy_blas.sample}, repeat=3)
+    print(f"\n== {step}: {FLOP / sides['kiln']['median_s'] / 1e9:.1f} GFLOPS "
+          f"(numpy {FLOP / sides['numpy']['median_s'] / 1e9:.1f})")
+
+
 def report(step, sch):
-    loops = [line.strip() for line in sch.mod.script().splitlines() if line.strip().startswith("for ")]
+    """Compile ``sch``, check it against numpy, time it and print its loop nest."""
     executable = tvm.compile(sch.mod, target=target.tvm)
     c = tvm.runtime.empty((N, N), "float32")
     executable(a, b, c)
     np.testing.assert_allclose(c.numpy(), want, rtol=1e-3)
-    seconds = executable.mod.time_evaluator("main", tvm.cpu(), number=1, repeat=3, min_repeat_ms=20)(a, b, c).median
-    print(f"\n== {step}: {2 * N ** 3 / seconds / 1e9:.1f} GFLOPS (numpy {numpy_gflops:.1f})")
-    print("\n".join("   " + line for line in loops))
+    print_speed(step, module_sampler(executable.mod, [a, b, c]))
+    loops = [line for line in sch.mod.script().splitlines() if line.strip().startswith("for ")]
+    indent = len(loops[0]) - len(loops[0].lstrip())
+    print("\n".join("   " + line[indent:] for line in loops))
 
 
 # %%
 # 1. Naive: i, j, k. The inner k loop walks B by column: a cache miss per step.
-report("naive", declare())
+def naive():
+    return declare()
+
+
+report("naive", naive())
+
 
 # %%
 # 2. Reorder to i, k, j: the inner loop walks a row of B and of C contiguously.
-sch = declare()
-i, j, k = sch.get_loops(sch.get_sblock("C"))
-sch.reorder(i, k, j)
-report("loop reorder", sch)
-
-
-# %%
-# 3. Register tiling: a TM x TN tile of C, accumulated in a local buffer that
-# the compiler keeps in registers while k runs. Expect steps 3-5 to run
-# *slower* than step 2: LLVM auto-vectorized the reordered loop, while the
-# tiled loops stay scalar until step 6 vectorizes the tile's columns — then
-# the tile pays off.
-def tiled(cache_k=False, pack=False, vectorize=False, parallel=False):
+def loop_reorder():
     sch = declare()
-    block = sch.get_sblock("C")
-    if pack:  # 5. copy B into panels [N/TN, K, TN]: the micro-kernel streams it
-        sch.cache_read(block, 1, "global")
-        sch.transform_layout(block, ("read", 1), lambda kk, jj: (jj // TN, kk, jj % TN))
-    i, j, k = sch.get_loops(block)
-    io, ii = sch.split(i, [None, TM])
-    jo, ji = sch.split(j, [None, TN])
-    if cache_k:  # 4. block k so one A row slice and one B panel slice stay in L1
-        ko, ki = sch.split(k, [None, TK])
-        sch.reorder(io, jo, ko, ki, ii, ji)
-    else:
-        sch.reorder(io, jo, k, ii, ji)
-    acc = sch.cache_write(block, 0, "local")
-    sch.reverse_compute_at(acc, jo)
-    if vectorize:  # 6. (TVM vectorizes a reduction's loop before decompose_reduction)
-        sch.vectorize(ji)
-        sch.unroll(ii)
-    if parallel:  # 7. tiles of C on every core
-        sch.parallel(sch.fuse(io, jo))
-    sch.decompose_reduction(block, sch.get_loops(block)[2 if not parallel else 1])
+    i, j, k = sch.get_loops(sch.get_sblock("C"))
+    sch.reorder(i, k, j)
     return sch
 
 
-report("register tiling 8x32", tiled())
-report("+ cache tiling over k", tiled(cache_k=True))
-report("+ packed B panels", tiled(cache_k=True, pack=True))
-report("+ vectorize and unroll", tiled(cache_k=True, pack=True, vectorize=True))
-report("+ parallel", tiled(cache_k=True, pack=True, vectorize=True, parallel=True))
+report("loop reorder", loop_reorder())
+
+
+# %%
+# 3. Register tiling: a TM x TN tile of C, accumulated in a local buffer
+# (``cache_write``) that the compiler keeps in registers while k runs, and
+# written to C once the tile is done (``reverse_compute_at``). The tile's
+# zeroing becomes its own loop (``decompose_reduction``). Expect steps 3-5 to
+# run *slower* than step 2: LLVM auto-vectorized the reordered loop, while the
+# tiled loops stay scalar until step 6 vectorizes the tile's columns — then
+# the tile pays off.
+def register_tiling():
+    sch = declare()
+    block = sch.get_sblock("C")
+    i, j, k = sch.get_loops(block)
+    io, ii = sch.split(i, [None, TM])
+    jo, ji = sch.split(j, [None, TN])
+    sch.reorder(io, jo, k, ii, ji)
+    acc = sch.cache_write(block, 0, "local")
+    sch.reverse_compute_at(acc, jo)
+    sch.decompose_reduction(block, k)
+    return sch
+
+
+report(f"register tiling {TM}x{TN}", register_tiling())
+
+
+# %%
+# 4. Cache tiling: block k by TK, so that one TM x TK slice of A and one
+# TK x TN slice of B stay in L1 while the tile accumulates.
+def cache_tiling():
+    sch = declare()
+    block = sch.get_sblock("C")
+    i, j, k = sch.get_loops(block)
+    io, ii = sch.split(i, [None, TM])
+    jo, ji = sch.split(j, [None, TN])
+    ko, ki = sch.split(k, [None, TK])  # new
+    sch.reorder(io, jo, ko, ki, ii, ji)
+    acc = sch.cache_write(block, 0, "local")
+    sch.reverse_compute_at(acc, jo)
+    sch.decompose_reduction(block, ko)
+    return sch
+
+
+report("+ cache tiling over k", cache_tiling())
+
+
+# %%
+# 5. Array packing: copy B into panels ``[N/TN, N, TN]`` (``cache_read``,
+# then ``transform_layout`` of the copy), so that the tile's inner loop
+# streams one contiguous panel instead of striding across rows of B.
+def packing():
+    sch = declare()
+    block = sch.get_sblock("C")
+    sch.cache_read(block, 1, "global")  # new
+    sch.transform_layout(block, ("read", 1), lambda kk, jj: (jj // TN, kk, jj % TN))  # new
+    i, j, k = sch.get_loops(block)
+    io, ii = sch.split(i, [None, TM])
+    jo, ji = sch.split(j, [None, TN])
+    ko, ki = sch.split(k, [None, TK])
+    sch.reorder(io, jo, ko, ki, ii, ji)
+    acc = sch.cache_write(block, 0, "local")
+    sch.reverse_compute_at(acc, jo)
+    sch.decompose_reduction(block, ko)
+    return sch
+
+
+report("+ packed B panels", packing())
+
+
+# %%
+# 6. Vectorization: the tile's TN columns become SIMD lanes and its TM rows
+# are unrolled, so the TM x TN accumulators are vector registers. TVM
+# vectorizes a reduction's loop only before ``decompose_reduction``, which
+# then gives the zeroing loop the same annotations.
+def vectorize():
+    sch = declare()
+    block = sch.get_sblock("C")
+    sch.cache_read(block, 1, "global")
+    sch.transform_layout(block, ("read", 1), lambda kk, jj: (jj // TN, kk, jj % TN))
+    i, j, k = sch.get_loops(block)
+    io, ii = sch.split(i, [None, TM])
+    jo, ji = sch.split(j, [None, TN])
+    ko, ki = sch.split(k, [None, TK])
+    sch.reorder(io, jo, ko, ki, ii, ji)
+    acc = sch.cache_write(block, 0, "local")
+    sch.reverse_compute_at(acc, jo)
+    sch.vectorize(ji)  # new
+    sch.unroll(ii)  # new
+    sch.decompose_reduction(block, ko)
+    return sch
+
+
+report("+ vectorize and unroll", vectorize())
+
+
+# %%
+# 7. Parallel: the tiles of C are independent, so the two tile loops are
+# fused into one and spread over every core.
+def parallel():
+    sch = declare()
+    block = sch.get_sblock("C")
+    sch.cache_read(block, 1, "global")
+    sch.transform_layout(block, ("read", 1), lambda kk, jj: (jj // TN, kk, jj % TN))
+    i, j, k = sch.get_loops(block)
+    io, ii = sch.split(i, [None, TM])
+    jo, ji = sch.split(j, [None, TN])
+    ko, ki = sch.split(k, [None, TK])
+    sch.reorder(io, jo, ko, ki, ii, ji)
+    acc = sch.cache_write(block, 0, "local")
+    sch.reverse_compute_at(acc, jo)
+    sch.vectorize(ji)
+    sch.unroll(ii)
+    sch.parallel(sch.fuse(io, jo))  # new
+    sch.decompose_reduction(block, ko)
+    return sch
+
+
+report("+ parallel", parallel())
 
 # %%
 # 8. kiln's default template does all of the above, with knobs whose defaults
@@ -114,6 +222,10 @@ report("+ parallel", tiled(cache_k=True, pack=True, vectorize=True, parallel=Tru
 # sizes and a local write cache for every tile.
 kernel = kiln.build("matmul", [(N, N), (N, N)])
 np.testing.assert_allclose(kernel(a_np, b_np), want, rtol=1e-3)
-seconds = kernel.time(a, b)["median"]
-print(f"\n== kiln default template: {2 * N ** 3 / seconds / 1e9:.1f} GFLOPS (numpy {numpy_gflops:.1f})")
+print_speed("kiln default template", kernel_sampler(kernel, [a_np, b_np]))
 print(f"   knobs: {kernel.resolved_config()}")
+numpy_blas.close()
+
+# %%
+print(f"\nEvery step computed A @ B ({N}x{N}) correctly; the register tile pays off once it is vectorized "
+      f"(step 6), and the template adds what the shape and the CPU ask for.")

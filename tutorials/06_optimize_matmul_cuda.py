@@ -17,7 +17,8 @@ register tiling alone, then ``2 N^3 / L`` global->shared and ``2 N^3 / V``
 shared->register loads with both levels. Each step is verified on the CPU:
 the same program with its thread loops made serial (see
 ``kiln/schedules/cuda/check.py`` for why that keeps its meaning), against
-numpy. On a machine with a GPU each step is also timed there.
+numpy. On a machine with a GPU each step is also timed there, warmed up
+until stable and sampled like kiln's benchmarks (``kiln.bench``).
 
 Run: ``python tutorials/06_optimize_matmul_cuda.py`` (``KILN_TUTORIAL_SMALL=1``
 for a quick run).
@@ -32,6 +33,7 @@ from tvm import te
 
 import kiln
 from kiln.autotune import Task
+from kiln.bench import compare, module_sampler
 from kiln.schedules.cuda import check
 
 SMALL = os.environ.get("KILN_TUTORIAL_SMALL") == "1"
@@ -81,8 +83,8 @@ def report(step, sch):
     if gpu:
         dev = tvm.cuda(0)
         args = [tvm.runtime.tensor(a_np, dev), tvm.runtime.tensor(b_np, dev), tvm.runtime.empty((N, N), "float32", dev)]
-        seconds = executable.mod.time_evaluator("main", dev, number=3, repeat=5)(*args).median
-        print(f"   on the GPU: {2 * N ** 3 / seconds / 1e9:.0f} GFLOPS")
+        timed = compare({"gpu": module_sampler(executable.mod, args)}, repeat=5)["gpu"]
+        print(f"   on the GPU: {2 * N ** 3 / timed['median_s'] / 1e9:.0f} GFLOPS (spread {timed['spread']:.0%})")
 
 
 # %%
