@@ -40,7 +40,7 @@ def compare_op(op: str, shapes, dtypes=None, attrs=None, target=None, repeat: in
     unit, amount = check_measurable(workload, INPUT_COPIES, OUTPUT_COPIES)
     kernel = build_workload(workload, target)
     with NumpyReference() as ref:
-        ref.prepare(op.name, kernel.shapes, kernel.dtypes, kernel.attrs)
+        ref.prepare(workload)
         kiln_side = kernel_sampler(kernel, random_inputs(kernel.shapes, kernel.dtypes))
         sides = compare({"kiln": kiln_side, "numpy": ref.sample}, repeat)
         info = ref.info

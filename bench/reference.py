@@ -56,7 +56,7 @@ class NumpyReference:
 
     >>> with NumpyReference(threads=2) as ref:
     ...     ref.info["blas"][0]["architecture"]       # e.g. 'SkylakeX' or 'Zen'
-    ...     ref.prepare("matmul", [(1024, 1024), (1024, 1024)], ["float32"] * 2, attrs)
+    ...     ref.prepare(get_op("matmul").check([(1024, 1024), (1024, 1024)]))
     ...     ref.sample()                                # seconds per call
     """
 
@@ -86,10 +86,11 @@ class NumpyReference:
             raise ReferenceError_(f"the numpy reference failed: {answer['error']}", op=request.get("op"))
         return answer
 
-    def prepare(self, op: str, shapes, dtypes, attrs: dict, seed: int = 0) -> None:
-        """Make the seeded inputs of ``op`` in the child; ``sample`` then times its reference."""
-        self._ask({"cmd": "prepare", "op": op, "shapes": [list(s) for s in shapes], "dtypes": list(dtypes),
-                          "attrs": repr(attrs), "seed": seed})
+    def prepare(self, workload, seed: int = 0) -> None:
+        """Make the seeded inputs of a ``Workload`` (``Op.check``) in the child;
+        ``sample`` then times its op's reference."""
+        self._ask({"cmd": "prepare", "op": workload.op.name, "shapes": [list(s) for s in workload.shapes],
+                   "dtypes": list(workload.dtypes), "attrs": repr(dict(workload.attrs)), "seed": seed})
 
     def sample(self) -> float:
         """Seconds per call of the prepared reference (one sample)."""

@@ -109,7 +109,7 @@ def reference_time(task: Task, inputs) -> tuple[str, float | None]:
     PyTorch for conv2d."""
     if task.op.name == "matmul":
         with NumpyReference() as ref:
-            ref.prepare("matmul", task.shapes, task.dtypes, task.attrs)
+            ref.prepare(task.workload)
             sampler, name = ref.sample, f"numpy ({ref.info['blas'][0]['architecture']} kernel)"
             warm_up(sampler)
             return name, float(np.median([sampler() for _ in range(10)]))

@@ -74,10 +74,11 @@ def test_reference_process_drops_the_blas_pins_and_keeps_this_environment():
     with reference.NumpyReference(threads=1) as ref:
         assert ref.info["numpy"] == np.__version__
         assert [b["num_threads"] for b in ref.info["blas"]] == [1] * len(ref.info["blas"]) != []
-        ref.prepare("matmul", [(64, 32), (32, 16)], ["float32"] * 2, {"transpose_a": False, "transpose_b": False})
+        workload = kiln.te.get_op("matmul").check([(64, 32), (32, 16)])
+        ref.prepare(workload)
         assert 0 < ref.sample() < 0.1
-        with pytest.raises(KilnError, match="numpy reference failed"):
-            ref.prepare("matmul", [(64, 32), (32, 16)], ["float32"] * 2, {"bogus": 1})
+        with pytest.raises(KilnError, match="numpy reference failed"):  # attrs the reference cannot take
+            ref.prepare(kiln.te.Workload(workload.op, {"bogus": 1}, workload.shapes, workload.dtypes, (), ()))
     assert dict(os.environ) == before
 
 

@@ -47,7 +47,7 @@ want = a_np @ b_np
 # interleaved with it, warmed up first (kiln.bench.timing), so that a change
 # in the machine's speed hits both sides.
 numpy_blas = NumpyReference()
-numpy_blas.prepare("matmul", [(N, N), (N, N)], ["float32"] * 2, {"transpose_a": False, "transpose_b": False})
+numpy_blas.prepare(kiln.te.get_op("matmul").check([(N, N), (N, N)]))  # the workload: matmul of two NxN float32
 
 
 def declare():

@@ -37,7 +37,7 @@ def _kernel(op, shapes, attrs=None):
 
 def _numpy_row(name, op, shapes, attrs, ref, repeat, target, reference="numpy", extra=None):
     kernel, arrays = _kernel(op, shapes, attrs)
-    ref.prepare(op, kernel.shapes, kernel.dtypes, kernel.attrs)
+    ref.prepare(kernel.workload)
     sides = compare({"kiln": kernel_sampler(kernel, arrays), "ref": ref.sample}, repeat)
     unit, amount = work(kernel.workload)
     return make_row(name, unit, sides["kiln"], reference, sides["ref"], target, amount, extra=extra)
