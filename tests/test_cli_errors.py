@@ -10,12 +10,12 @@ import time
 
 import numpy as np
 import pytest
-import tvm
 
 import kiln
 from kiln import nn
 from kiln.autotune import Space, Task, records
 from kiln.cli import build_parser, main
+from devices import HAS_GPU
 from helpers import cli_error, run_cli
 
 
@@ -52,7 +52,7 @@ def test_tune_and_show_mistakes(capsys, argv, needle):
     cli_error(capsys, argv, needle)
 
 
-@pytest.mark.skipif(tvm.cuda(0).exist, reason="a CUDA device is present: tuning for it can measure")
+@pytest.mark.skipif(HAS_GPU, reason="a CUDA device is present: tuning for it can measure")
 def test_tune_for_cuda_without_a_gpu_is_refused_before_building(capsys):
     cli_error(capsys, ["tune", "relu", "--shape", "64", "--target", "cuda"], "no CUDA device")
 
