@@ -59,7 +59,7 @@ def schedule(workload: Workload, func, out_block: str, target, config=None) -> L
     ``workload`` (whose output block is ``out_block``), with the given knob values."""
     op = workload.op
     sch = tvm.s_tir.Schedule(func)
-    cfg = Config(target, dict(config or {}), workload=workload.json)
+    cfg = Config(target, dict(config or {}), workload=workload)
     if _has_zero_dim(func):  # no element to compute: the declared loops are the whole kernel
         if target.kind == "cuda":
             raise ShapeError("got a zero-size dim, which CUDA kernels do not support (the CPU does)", op=op.name,

@@ -65,14 +65,15 @@ class Knob:
 
 @dataclass
 class Config:
-    """Knob values for one (op, shapes, target). ``values`` left empty means
+    """Knob values for one workload on one target. ``values`` left empty means
     "use every template default" (the fallback config). ``workload`` tells the
-    template what it schedules: ``{"op", "attrs", "shapes", "dtypes"}``."""
+    template what it schedules (a ``kiln.te.Workload``: ``.op``, ``.attrs``,
+    ``.shapes``, ``.dtypes``)."""
 
     target: Any
     values: dict = field(default_factory=dict)
     space: dict = field(default_factory=dict)
-    workload: dict = field(default_factory=dict)
+    workload: Any = None
 
     @property
     def is_fallback(self) -> bool:

@@ -7,6 +7,7 @@ from tvm import te
 
 import kiln
 from kiln.errors import BuildError, ScheduleError
+from kiln.runtime.lower import declare
 from kiln.schedules import NOT_APPLICABLE, Config, apply, dispatch
 from kiln.schedules.cuda.reduction import schedule_auto_cuda
 from kiln.schedules.generic import schedule_auto
@@ -17,14 +18,10 @@ CPU, CUDA = kiln.cpu(), kiln.cuda("sm_80")
 
 def _prepared(name, shapes, attrs=None, target=CPU):
     """(op, schedule, output block, fresh config) of one float32 workload, unscheduled."""
-    op = get_op(name)
-    parsed = op.parse_attrs(attrs or {})
-    inputs = [te.placeholder(s, "float32", name=f"x{i}") for i, s in enumerate(shapes)]
-    out = op.compute(*inputs, **parsed)
-    sch = tvm.s_tir.Schedule(te.create_prim_func([*inputs, out]))
-    cfg = Config(target, workload={"op": name, "attrs": parsed, "shapes": [list(s) for s in shapes],
-                                   "dtypes": ["float32"] * len(shapes)})
-    return op, sch, sch.get_sblock(out.op.name), cfg
+    workload = get_op(name).check(shapes, "float32", attrs)
+    inputs, outs = declare(workload)
+    sch = tvm.s_tir.Schedule(te.create_prim_func([*inputs, *outs]))
+    return workload.op, sch, sch.get_sblock(outs[0].op.name), Config(target, workload=workload)
 
 
 DECLINED = [  # workloads a specific template declines, and the fallback that takes them

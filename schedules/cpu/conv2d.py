@@ -65,7 +65,7 @@ def _divisor_tile(width: int | None, limit: int) -> int:
 @register_template("cpu", ops=("conv2d",))
 def schedule_conv2d(sch, block, cfg: Config) -> NotApplicable | None:
     conv = block
-    nchw = cfg.workload["attrs"]["layout"] == "NCHW"
+    nchw = cfg.workload.attrs["layout"] == "NCHW"
     n, a, b, c, r1, r2, r3 = sch.get_loops(conv)
     # NCHW loops: n, o, y, z | rc, ry, rx.  NHWC loops: n, y, z, o | ry, rx, rc.
     o, y, z = (a, b, c) if nchw else (c, a, b)

@@ -182,7 +182,7 @@ def _pack(sch, red, index: int, tile: int, cfg: Config, transposed: str):
     """Copy operand ``index`` to ``[..., outer / tile, K, tile]`` (its padding folded in)."""
     source = str(sch.get(red).reads[index].source.name)
     pack = sch.cache_read(red, index, "global")
-    swap = bool(cfg.workload["attrs"].get(transposed))
+    swap = bool(cfg.workload.attrs.get(transposed))
     if index == 0:  # A is (..., M, K), or (..., K, M) transposed
         layout = (lambda *i: (*i[:-2], i[-1] // tile, i[-2], i[-1] % tile)) if swap else \
             (lambda *i: (*i[:-2], i[-2] // tile, i[-1], i[-2] % tile))

@@ -18,8 +18,8 @@ from ..util import const_int, extent
 
 @register_template("cpu", ops=("softmax", "log_softmax"))
 def schedule_softmax(sch, block, cfg: Config) -> NotApplicable | None:
-    ndim = len(cfg.workload["shapes"][0])
-    if cfg.workload["attrs"]["axis"] % ndim != ndim - 1:
+    ndim = len(cfg.workload.shapes[0])
+    if cfg.workload.attrs["axis"] % ndim != ndim - 1:
         return NOT_APPLICABLE
     lanes = cfg.target.lanes(str(sch.get(block).writes[0].source.dtype))
     loops = sch.get_loops(block)

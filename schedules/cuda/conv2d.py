@@ -22,7 +22,7 @@ from .common import pow2_at_least, stage_and_finish
 
 @register_template("cuda", ops=("conv2d",))
 def schedule_conv2d_cuda(sch, block, cfg: Config) -> NotApplicable | None:
-    if cfg.workload["attrs"]["layout"] != "NCHW":
+    if cfg.workload.attrs["layout"] != "NCHW":
         return NOT_APPLICABLE
     conv = block
     n, o, y, x, rc, ry, rx = sch.get_loops(conv)

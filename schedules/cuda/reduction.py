@@ -100,8 +100,8 @@ def _same_shape_rows(sch, out, cfg: Config) -> bool:
 @register_template("cuda", ops=("softmax", "log_softmax"))
 def schedule_softmax_cuda(sch, block, cfg: Config) -> NotApplicable | None:
     """One block per row over the last axis; other axes are declined (the fallback takes them)."""
-    ndim = len(cfg.workload["shapes"][0])
-    if cfg.workload["attrs"]["axis"] % ndim != ndim - 1:
+    ndim = len(cfg.workload.shapes[0])
+    if cfg.workload.attrs["axis"] % ndim != ndim - 1:
         return NOT_APPLICABLE
     loops = sch.get_loops(block)
     row_len = const_int(extent(sch, loops[-1]))
@@ -128,7 +128,7 @@ def schedule_softmax_cuda(sch, block, cfg: Config) -> NotApplicable | None:
 @register_template("cuda", families=("dynamic",))
 def schedule_dynamic_cuda(sch, block, cfg: Config) -> None:
     raise ScheduleError("data-dependent ops (a serial compaction) have no CUDA template: run them on the CPU",
-                        op=cfg.workload["op"], arg="target")
+                        op=cfg.workload.op.name, arg="target")
 
 
 @register_template("cuda", fallback=True)
