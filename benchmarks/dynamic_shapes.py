@@ -3,9 +3,9 @@ batch size, in one run: time per call at each size, and compile time.
 
 Specialized kernels know every trip count (no tail handling, constant
 strides); the symbolic one is compiled once and pads or guards its last
-tile. kiln's nn specializes the first four shapes of an op and then
-switches to one kernel with the varying dims symbolic (``kiln/nn/tensor.py``);
-this measures what that trade costs per call.
+tile. A model's kernel pool specializes the first four shapes of an op at
+each layer and then switches to one kernel with the varying dims symbolic
+(``kiln/runtime/pool.py``); this measures what that trade costs per call.
 
 Run: ``python benchmarks/dynamic_shapes.py [--sizes 1,7,32,100,256] [--json]``.
 """

@@ -42,19 +42,21 @@ class _Node:
     """One recorded op application: the op, its attrs, the nodes its inputs
     came from (``(node, output index)``, or None where an input needs no
     gradient), and, per input and output, ``(array, var, shape, dtype)`` with
-    the array and var only where the op's gradient reads that value."""
+    the array and var only where the op's gradient reads that value; ``site``
+    is the kernel-pool site the op ran on, where its gradient runs too."""
 
-    __slots__ = ("op", "attrs", "parents", "inputs", "outputs", "leaf", "__weakref__")
+    __slots__ = ("op", "attrs", "parents", "inputs", "outputs", "leaf", "site", "__weakref__")
 
-    def __init__(self, op=None, attrs=None, parents=(), inputs=(), outputs=(), leaf=None):
+    def __init__(self, op=None, attrs=None, parents=(), inputs=(), outputs=(), leaf=None, site=None):
         self.op, self.attrs, self.parents = op, attrs or {}, tuple(parents)
         self.inputs, self.outputs = tuple(inputs), tuple(outputs)
         self.leaf = leaf  # leaf nodes: a weakref to the leaf Tensor whose .grad they fill
+        self.site = site
 
 
-def _record(op, attrs, tensors, arrays, variables, specs) -> _Node:
-    """The node of one op application: its parents, and of its inputs and
-    outputs only the values the op's gradient declares it reads."""
+def _record(op, attrs, tensors, arrays, variables, specs, site) -> _Node:
+    """The node of one op application on ``site``: its parents, and of its
+    inputs and outputs only the values the op's gradient declares it reads."""
     grad_inputs, grad_output = op.grad_saves(attrs)
     keep_in = range(len(tensors)) if _keep_all or grad_inputs is None else grad_inputs
     keep_out = _keep_all or grad_output
@@ -63,7 +65,7 @@ def _record(op, attrs, tensors, arrays, variables, specs) -> _Node:
     outputs = [((a, v) if keep_out else (None, None)) + (tuple(s), d)
                for a, v, (s, d) in zip(arrays, variables, specs)]
     parents = [t._edge() if t.requires_grad else None for t in tensors]
-    return _Node(op, attrs, parents, inputs, outputs)
+    return _Node(op, attrs, parents, inputs, outputs, site=site)
 
 
 def saved_bytes(t) -> int:

@@ -7,6 +7,8 @@ from typing import NamedTuple
 import numpy as np
 
 from ..errors import AttrError, ShapeError
+from ..runtime import pool as _pool
+from ..runtime.pool import KernelPool
 from ..te import attrs as A
 from ..te import call
 from . import functional as F
@@ -71,6 +73,10 @@ class Module:
     modules gives ``"layers.1.bias"``. Parameters are trained and saved; any
     other Tensor attribute (BatchNorm's ``running_mean``/``running_var``) is a
     *buffer*: saved and loaded with the state, never trained.
+
+    Calling a model runs its ops on its ``kernel_pool`` with each layer as its
+    own site (so each layer has its own shape budget for concrete kernels);
+    the pool is not state and is neither saved nor copied with the weights.
     """
 
     training = True
@@ -170,8 +176,22 @@ class Module:
     def eval(self) -> "Module":
         return self.train(False)
 
+    @property
+    def kernel_pool(self) -> KernelPool:
+        """The pool that picks this model's kernels (``runtime/pool.py``),
+        made on first use: owned by the model, not part of its state."""
+        pool = self.__dict__.get("_kernel_pool")
+        if pool is None:
+            pool = self.__dict__.setdefault("_kernel_pool", KernelPool())
+        return pool
+
     def __call__(self, *args):
-        return self.forward(*args)
+        """``forward`` with this layer as the kernel site: on the active pool
+        (the enclosing model's, or a run's), else on this model's own."""
+        outer = _pool.active_site()
+        pool = self.kernel_pool if outer is None else outer.pool
+        with _pool.activate(pool.site(self)):
+            return self.forward(*args)
 
     def forward(self, *args):
         raise NotImplementedError

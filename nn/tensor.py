@@ -5,16 +5,21 @@ An op applied to Tensors goes through ``kiln.te.call`` to ``Tensor._kiln_apply``
 which pushes the op's kernel to the dependency engine (``runtime/engine.py``)
 and returns at once: each Tensor's memory is an engine variable, so kernels
 run in the order their data needs, independent ones concurrently, and a
-Tensor's values are waited for only when read (``numpy()``).
+Tensor's values are waited for only when read (``numpy()``). Which compiled
+kernel serves the op is asked of the active site of a kernel pool
+(``runtime/pool.py``): ``Module.__call__`` activates the model's pool with
+the layer as the site; elsewhere the pool a run activated serves, else
+the default pool.
 
 When an input requires a gradient, the op is recorded in a ``_Node``
-(``nn/autograd.py``): the op, its attributes, the nodes of its inputs (the
-graph) and only the values its ``gradient`` reads (``Op.grad_inputs``/
-``grad_output``), so an activation no backward needs is freed as soon as the
-user drops its Tensor.
+(``nn/autograd.py``): the op, its attributes, the pool site it ran on, the
+nodes of its inputs (the graph) and only the values its ``gradient`` reads
+(``Op.grad_inputs``/``grad_output``), so an activation no backward needs is
+freed as soon as the user drops its Tensor.
 ``backward`` walks the nodes in reverse topological order; a node's gradient
-runs on views that hold the saved values and stay linked to the graph (so
-gradients of gradients work). Gradients over fan-out accumulate into one
+runs on the node's site (a layer's backward kernels are its own), on views
+that hold the saved values and stay linked to the graph (so gradients of
+gradients work). Gradients over fan-out accumulate into one
 buffer (add-to, in place); optimizers update parameters in place.
 """
 from __future__ import annotations
@@ -25,73 +30,15 @@ import weakref
 import numpy as np
 import tvm
 
-from ..errors import DTypeError, GradError, KilnError, ShapeError, TargetError
-from ..runtime import build, cpu
+from ..errors import DTypeError, GradError, ShapeError, TargetError
+from ..runtime import cpu
 from ..runtime.kernel import actual_rows
 from ..runtime import engine as _engine
-from ..te import call, get_op, sym
+from ..runtime import pool as _pool
+from ..te import call, get_op
 from ..te.value import ValueOps
 from .autograd import (_Node, _record, _topological, grad_enabled, keep_all_for_backward,  # noqa: F401
                        no_grad, saved_bytes)
-
-_kernels: dict = {}
-#: below this much work a kernel runs in the pushing thread when its inputs are
-#: ready (a thread hand-off costs more); above it, it runs on the engine's pool
-#: while Python goes on building the step
-SMALL_FLOPS, SMALL_ELEMENTS = 4e6, 1 << 18
-SPECIALIZE_LIMIT = 4
-_seen: dict = {}  # (op, dtypes, attrs, ranks) -> the first shapes it was compiled for
-
-
-def _kernel(op, shapes, dtypes, attrs):
-    """``(kernel, small)``: ``kiln.build`` behind a per-process dict (a training
-    step calls the same few signatures thousands of times, so skip
-    re-validating and re-hashing), and whether its work is small.
-
-    Sizes: an op (with its dtypes, attrs and ranks) is compiled for concrete
-    shapes (the fastest code) until it has been seen at ``SPECIALIZE_LIMIT``
-    shapes; from the next new shape on, the dims in which the shape differs
-    from its nearest seen shape become symbolic, so one kernel serves every
-    later size of that call site (no compile per batch size or per
-    data-dependent length) while two layers of the same op keep their own
-    concrete channel and spatial sizes."""
-    key = (op.name, shapes, dtypes, repr(sorted(attrs.items())))
-    entry = _kernels.get(key)
-    if entry is None:
-        family = (key[0], key[2], key[3], tuple(len(s) for s in shapes))
-        seen = _seen.setdefault(family, [])
-        kernel = None
-        if len(seen) < SPECIALIZE_LIMIT:
-            seen.append(shapes)
-        else:
-            kernel = _general_kernel(op, _nearest(seen, shapes), shapes, dtypes, attrs)
-        kernel = kernel or build(op, list(shapes), list(dtypes), attrs)
-        elements = sum(int(np.prod(s)) for s in shapes) + sum(int(np.prod(s)) for s, _ in kernel.output_specs(shapes))
-        small = op.flops(list(shapes), **kernel.attrs) < SMALL_FLOPS and elements < SMALL_ELEMENTS
-        entry = _kernels[key] = (kernel, small)
-    return entry
-
-
-def _nearest(seen, shapes):
-    """The seen shapes that differ from ``shapes`` in the fewest dims."""
-    def differing(other):
-        return sum(a != b for x, y in zip(other, shapes) for a, b in zip(x, y))
-    return min(seen, key=differing)
-
-
-def _general_kernel(op, before, shapes, dtypes, attrs):
-    """One kernel for ``before`` and ``shapes``: the dims that differ are
-    symbolic (dims that changed alike share a symbol); None if the op rejects it."""
-    changes = sorted({(a, b) for x, y in zip(before, shapes) for a, b in zip(x, y) if a != b})
-    syms = {change: sym(f"d{k}") for k, change in enumerate(changes)}
-    general = [tuple(syms.get((a, b), b) for a, b in zip(x, y)) for x, y in zip(before, shapes)]
-    try:
-        kernel = build(op, general, list(dtypes), attrs)
-        kernel.output_specs(shapes)  # the current shapes bind consistently
-    except KilnError:
-        return None
-    return kernel
-
 
 def _to_device(data, dtype=None) -> tvm.runtime.Tensor:
     try:
@@ -138,7 +85,8 @@ class Tensor(ValueOps):
         source = data.wait()._array if isinstance(data, Tensor) else data
         self._array = _to_device(source, dtype)
         self._var = _engine.default().new_var()
-        self._node, self._index, self._shape = None, 0, None
+        self._node, self._index = None, 0
+        self._shape = None  # (dims, dtype, op name) only where _array is None: see _wrap
         self.requires_grad = bool(requires_grad)
         if self.requires_grad and not self.dtype.startswith("float"):
             raise DTypeError(f"got {self.dtype}, expected a float dtype: only float tensors have gradients",
@@ -163,8 +111,8 @@ class Tensor(ValueOps):
             if t._array is None:
                 raise RuntimeError(f"a gradient read a value of '{t._shape[2]}' that the op does not declare "
                                    f"in grad_inputs/grad_output (while applying '{op.name}')")
-        shapes = tuple(t.shape for t in tensors)
-        kernel, small = _kernel(op, shapes, tuple(t.dtype for t in tensors), attrs)
+        shapes, site = tuple(t.shape for t in tensors), _pool.current_site()
+        kernel, small = site.kernel(op, shapes, tuple(t.dtype for t in tensors), attrs)
         specs = kernel.output_specs(shapes)
         if out is not None:
             _check_inplace(op, tensors, out, specs)
@@ -181,7 +129,7 @@ class Tensor(ValueOps):
             _engine.default().wait_for_var(variables[1])
             arrays, variables, specs = [actual_rows(*arrays)], variables[:1], specs[:1]
         record = grad_enabled() and op.differentiable and any(t.requires_grad for t in tensors)
-        node = _record(op, kernel.attrs, tensors, arrays, variables, specs) if record else None
+        node = _record(op, kernel.attrs, tensors, arrays, variables, specs, site) if record else None
         outs = [cls._wrap(a, v, node, i, record) for i, (a, v) in enumerate(zip(arrays, variables))]
         return outs if op.multi_output else outs[0]
 
@@ -346,14 +294,15 @@ def backprop(root: Tensor, out_grad: Tensor) -> None:
         if node.op is None:
             _accumulate_leaf(node, gs[0])
             continue
-        if len(node.outputs) == 1:
-            in_grads = node.op.gradient(gs[0], _NodeView(node))
-        else:  # multi-output ops take every output's gradient; the view is the first output
-            full = [g if g is not None else Tensor(np.zeros(o[2], o[3])) for g, o in zip(gs, node.outputs)]
-            in_grads = node.op.gradient(full, _NodeView(node, 0))
-        for edge, g in zip(node.parents, in_grads):
-            if g is not None and edge is not None:
-                add(edge[0], edge[1], g)
+        with _pool.activate(node.site):
+            if len(node.outputs) == 1:
+                in_grads = node.op.gradient(gs[0], _NodeView(node))
+            else:  # multi-output ops take every output's gradient; the view is the first output
+                full = [g if g is not None else Tensor(np.zeros(o[2], o[3])) for g, o in zip(gs, node.outputs)]
+                in_grads = node.op.gradient(full, _NodeView(node, 0))
+            for edge, g in zip(node.parents, in_grads):
+                if g is not None and edge is not None:
+                    add(edge[0], edge[1], g)
 
 
 def _accumulate_leaf(node: _Node, g: Tensor) -> None:

@@ -69,31 +69,34 @@ def run_epoch(model, loader, loss_fn, optimizer=None, progress=None, classes: in
     """One pass over ``loader``: (mean loss, error rate); trains when an optimizer is given.
 
     ``classes`` checks each batch's labels (``data.check_labels``); ``on_batch()``
-    is called after every batch, between steps (a safe point to stop)."""
+    is called after every batch, between steps (a safe point to stop). Every
+    op of a step (the model's layers, the loss, the update) takes its kernel
+    from the model's ``kernel_pool``: the run's kernels are the model's."""
     model.train(optimizer is not None)
     total_loss, wrong, seen = 0.0, 0, 0
-    for x, y in loader:
-        if classes is not None:
-            check_labels(y, classes, "train")
-        xs, ys = Tensor(x), Tensor(np.asarray(y, dtype="int32"))
-        if optimizer is not None:
-            optimizer.zero_grad()
-            logits = model(xs)
-            loss = loss_fn(logits, ys)
-            loss.backward()
-            optimizer.step()
-        else:
-            with no_grad():
+    with model.kernel_pool.activate():
+        for x, y in loader:
+            if classes is not None:
+                check_labels(y, classes, "train")
+            xs, ys = Tensor(x), Tensor(np.asarray(y, dtype="int32"))
+            if optimizer is not None:
+                optimizer.zero_grad()
                 logits = model(xs)
                 loss = loss_fn(logits, ys)
-        n = len(y)
-        total_loss += loss.item() * n
-        wrong += int(np.sum(logits.numpy().argmax(axis=1) != y))
-        seen += n
-        if progress is not None:
-            progress.update(1)
-        if on_batch is not None:
-            on_batch()
+                loss.backward()
+                optimizer.step()
+            else:
+                with no_grad():
+                    logits = model(xs)
+                    loss = loss_fn(logits, ys)
+            n = len(y)
+            total_loss += loss.item() * n
+            wrong += int(np.sum(logits.numpy().argmax(axis=1) != y))
+            seen += n
+            if progress is not None:
+                progress.update(1)
+            if on_batch is not None:
+                on_batch()
     return total_loss / max(seen, 1), wrong / max(seen, 1)
 
 

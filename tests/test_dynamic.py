@@ -1,13 +1,17 @@
 """Dynamic shapes: symbolic dims end to end, nn's specialize-then-generalize
 policy, data-dependent ops through autograd, and clear errors when a
 symbolic dim meets a size it cannot take."""
+import copy
+import gc
+
 import numpy as np
 import pytest
 
 import kiln
 from kiln import nn
-from kiln.errors import KilnError, ShapeError
-from kiln.nn import tensor as nn_tensor
+from kiln.errors import AttrError, KilnError, ShapeError
+from kiln.runtime import KernelPool
+from kiln.runtime.pool import default_pool
 from kiln.te import Bounded, get_op, sym
 
 from cases import CASES
@@ -74,22 +78,86 @@ def test_conv2d_with_symbolic_dims_at_many_sizes(symbolic):
         np.testing.assert_allclose(kernel(x, wt), want, rtol=1e-4, atol=1e-4)
 
 
-def test_nn_generalizes_only_the_dim_a_layer_varies(monkeypatch):
+def test_nn_generalizes_only_the_dim_a_layer_varies():
     """Two layers of one op (different channels) at many batch sizes: each gets
     its own kernel with only the batch symbolic, and every result is right."""
-    monkeypatch.setattr(nn_tensor, "_seen", {})
-    monkeypatch.setattr(nn_tensor, "_kernels", {})
     nn.init.manual_seed(0)
     model = nn.Sequential(nn.Conv(1, 4, 3), nn.ReLU(), nn.MaxPool2d(2), nn.Conv(4, 8, 3))
     x = np.random.default_rng(0).random((64, 1, 8, 8)).astype("float32")
     full = model(kiln.Tensor(x)).numpy()
     for batch in (1, 7, 3, 64, 5, 11):
         np.testing.assert_allclose(model(kiln.Tensor(x[:batch])).numpy(), full[:batch], rtol=1e-4, atol=1e-5)
-    convs = [k for (k, _), key in zip(nn_tensor._kernels.values(), nn_tensor._kernels) if key[0] == "conv2d"]
-    general = {id(k): k for k in convs if not isinstance(k.shapes[0][0], int)}
+    general = [k for k in model.kernel_pool.kernels("conv2d") if not isinstance(k.shapes[0][0], int)]
     assert len(general) == 2  # one per layer, shared by every later batch size
-    for k in general.values():
+    for k in general:
         assert all(isinstance(d, int) for d in k.shapes[0][1:] + k.shapes[1])
+
+
+def _symbolic(kernels):
+    return [k for k in kernels if not all(isinstance(d, int) for s in k.shapes for d in s)]
+
+
+def _train_steps(model, batches):
+    """Forward and backward of ``model`` (8 features in, 3 classes) at each batch size."""
+    rng = np.random.default_rng(0)
+    for n in batches:
+        loss = nn.SoftmaxLoss()(model(kiln.Tensor(rng.random((n, 8), dtype=np.float32))),
+                                kiln.Tensor(rng.integers(0, 3, n).astype("int32")))
+        loss.backward()
+
+
+def _mlp():
+    return nn.Sequential(nn.Linear(8, 6), nn.ReLU(), nn.Linear(6, 3))
+
+
+def test_each_layer_keeps_concrete_kernels_for_its_own_first_sizes():
+    """Two dense layers share an op family; each has its own budget of
+    SPECIALIZE_LIMIT concrete sizes, forward and backward, then one kernel
+    with only the batch symbolic."""
+    model = _mlp()
+    limit = model.kernel_pool.specialize_limit
+    _train_steps(model, range(1, limit + 1))
+    assert len(model.kernel_pool.kernels("dense")) == 2 * limit
+    assert not _symbolic(model.kernel_pool.kernels())  # backward (matmul, sum) too
+    _train_steps(model, [limit + 5])
+    general = _symbolic(model.kernel_pool.kernels("dense"))
+    assert len(general) == 2  # one per layer
+    assert sorted(k.shapes[1] for k in general) == [(6, 3), (8, 6)]
+    assert len(_symbolic(model.kernel_pool.kernels("matmul"))) == 4  # each layer's two gradient matmuls
+
+
+def test_a_models_kernels_do_not_depend_on_what_ran_before_it():
+    first = _mlp()
+    _train_steps(first, range(1, 9))  # past the limit: the first model now runs symbolic kernels
+    assert _symbolic(first.kernel_pool.kernels("dense"))
+    second = _mlp()
+    _train_steps(second, range(9, 9 + second.kernel_pool.specialize_limit))
+    assert second.kernel_pool.kernels() and not _symbolic(second.kernel_pool.kernels())
+
+
+def test_a_run_uses_the_models_pool_and_a_copy_gets_an_empty_one():
+    model, loss_fn = _mlp(), nn.SoftmaxLoss()
+    with model.kernel_pool.activate():  # what nn.train.run_epoch does for a step
+        loss_fn(model(kiln.Tensor(np.ones((2, 8), "float32"))), kiln.Tensor(np.zeros(2, "int32"))).backward()
+    assert model.kernel_pool.kernels("softmax_cross_entropy") and not loss_fn.kernel_pool.kernels()
+    assert "_kernel_pool" not in "".join(model.state_dict())
+    twin = copy.deepcopy(model)
+    assert twin.kernel_pool is not model.kernel_pool and not twin.kernel_pool.kernels()
+    with pytest.raises(AttrError, match="specialize_limit"):
+        KernelPool(specialize_limit=-1)
+
+
+def test_ops_outside_models_use_the_default_pool_and_a_dropped_layer_takes_its_kernels():
+    x = kiln.Tensor(np.ones((3, 5), "float32"))
+    (x + x).numpy()
+    assert any(k.shapes == ((3, 5), (3, 5)) for k in default_pool().kernels("add"))
+    pool, layer = KernelPool(), nn.ReLU()
+    with pool.activate():
+        layer(x).numpy()
+    assert pool.kernels("relu")
+    del layer
+    gc.collect()
+    assert not pool.kernels("relu")  # the site was the layer: its memo went with it
 
 
 def test_a_symbolic_dim_that_cannot_hold_is_a_clear_error():
@@ -105,17 +173,17 @@ def test_a_symbolic_dim_that_cannot_hold_is_a_clear_error():
         kiln.build("matmul", [(n, k), (sym("j"), 5)])  # two different symbols cannot be proven equal
 
 
-def test_nn_specializes_the_first_sizes_then_compiles_one_symbolic_kernel(monkeypatch):
-    monkeypatch.setattr(nn_tensor, "_seen", {})
-    monkeypatch.setattr(nn_tensor, "_kernels", {})
+def test_nn_specializes_the_first_sizes_then_compiles_one_symbolic_kernel():
+    pool = KernelPool()
     w = kiln.Tensor(np.random.default_rng(0).standard_normal((20, 5)).astype("float32"))
-    for rows in range(1, 11):
-        x = kiln.Tensor(np.random.default_rng(rows).standard_normal((rows, 20)).astype("float32"))
-        np.testing.assert_allclose((x @ w).numpy(), x.numpy() @ w.numpy(), rtol=1e-5)
-    kernels = {id(k) for (k, _), key in zip(nn_tensor._kernels.values(), nn_tensor._kernels) if key[0] == "matmul"}
-    assert len(kernels) == nn_tensor.SPECIALIZE_LIMIT + 1  # 4 specialized, then one for every other size
-    symbolic = [k for k, _ in nn_tensor._kernels.values() if not all(isinstance(d, int) for d in k.shapes[0])]
-    assert symbolic and symbolic[0].shapes[1] == (20, 5)  # only the varying dim became symbolic
+    with pool.activate("x @ w"):
+        for rows in range(1, 11):
+            x = kiln.Tensor(np.random.default_rng(rows).standard_normal((rows, 20)).astype("float32"))
+            np.testing.assert_allclose((x @ w).numpy(), x.numpy() @ w.numpy(), rtol=1e-5)
+    kernels = pool.kernels("matmul")
+    assert len(kernels) == pool.specialize_limit + 1  # 4 specialized, then one for every other size
+    symbolic = _symbolic(kernels)
+    assert len(symbolic) == 1 and symbolic[0].shapes[1] == (20, 5)  # only the varying dim became symbolic
 
 
 def test_data_dependent_shapes_are_bounded():

@@ -221,3 +221,23 @@ def test_train_and_eval_reach_modules_in_dicts_like_parameters_do():
     assert not net.blocks["drop"].training and not net.blocks["norm"].training
     assert len(net.parameters()) == 2
     assert net.train().blocks["norm"].training
+
+
+def test_eval_and_train_reach_dropout_and_batchnorm_in_lists_and_dicts():
+    class Net(nn.Module):
+        def __init__(self):
+            self.stages = [nn.Dropout(0.9), nn.BatchNorm1d(4)]
+            self.heads = {"drop": nn.Dropout(0.9), "norm": nn.BatchNorm1d(4)}
+
+        def forward(self, x):
+            for m in self.stages + list(self.heads.values()):
+                x = m(x)
+            return x
+
+    net, x = Net(), np.random.default_rng(0).random((3, 4)).astype("float32")
+    layers = net.stages + list(net.heads.values())
+    net.eval()
+    assert not any(m.training for m in layers)
+    np.testing.assert_allclose(net(kiln.Tensor(x)).numpy(), x / np.sqrt(1 + 1e-5) ** 2, rtol=1e-5)  # no dropout
+    net.train()
+    assert all(m.training for m in layers)

@@ -101,19 +101,33 @@ for rows in (1, 5, 50):
     np.testing.assert_allclose(dense(xs, w, bias), np.maximum(xs @ w + bias, 0), rtol=1e-4, atol=1e-4)
 print("one dense kernel served batches of 1, 5 and 50; vectorized:", "T.vectorized" in dense.script())
 
-# nn compiles an op for concrete shapes (the fastest code) until it has seen
-# nn.tensor.SPECIALIZE_LIMIT of them, then compiles one kernel with the dims
-# that differ from the nearest seen shape made symbolic (a layer's batch).
-from kiln.nn import tensor as nn_tensor  # noqa: E402
+# Which kernel nn uses at each shape is decided by a kernel pool that the
+# model owns (``model.kernel_pool``), per layer: each layer gets concrete
+# kernels (the fastest code) for the first ``specialize_limit`` shapes it
+# meets, then one kernel with the dims that differ from the nearest seen
+# shape made symbolic (the batch). Ops outside a model take a pool you
+# activate (here a fresh one, with this matmul as its site), else the
+# process's default pool.
+from kiln.runtime import KernelPool  # noqa: E402
 
-before = {id(k) for k, _ in nn_tensor._kernels.values()}
-wt = nn.Tensor(w)
-for rows in range(1, 13 if not SMALL else 9):
-    (nn.Tensor(rng.standard_normal((rows, 64)).astype("float32")) @ wt).numpy()
-new = {id(k) for k, _ in nn_tensor._kernels.values()} - before
-print(f"{12 if not SMALL else 8} batch sizes of a matmul: {len(new)} kernels "
-      f"({nn_tensor.SPECIALIZE_LIMIT} specialized + 1 symbolic)")
-assert len(new) == nn_tensor.SPECIALIZE_LIMIT + 1
+pool, wt = KernelPool(), nn.Tensor(w)
+sizes = 12 if not SMALL else 8
+with pool.activate("x @ w"):
+    for rows in range(1, sizes + 1):
+        (nn.Tensor(rng.standard_normal((rows, 64)).astype("float32")) @ wt).numpy()
+print(f"{sizes} batch sizes of a matmul: {len(pool.kernels('matmul'))} kernels "
+      f"({pool.specialize_limit} specialized + 1 symbolic)")
+assert len(pool.kernels("matmul")) == pool.specialize_limit + 1
+
+# Two layers of one op keep a budget each: a model trained at 4 batch sizes
+# runs concrete kernels in both of its dense layers, forward and backward.
+mlp = nn.Sequential(nn.Linear(64, 32), nn.ReLU(), nn.Linear(32, 10))
+for rows in (8, 16, 24, 32):
+    logits = mlp(nn.Tensor(rng.standard_normal((rows, 64)).astype("float32")))
+    nn.SoftmaxLoss()(logits, nn.Tensor(rng.integers(0, 10, rows).astype("int32"))).backward()
+concrete = all(isinstance(d, int) for k in mlp.kernel_pool.kernels() for s in k.shapes for d in s)
+print(f"2 dense layers x 4 batch sizes: {len(mlp.kernel_pool.kernels('dense'))} concrete dense kernels")
+assert concrete and len(mlp.kernel_pool.kernels("dense")) == 8
 
 # %%
 # Data-dependent ops: their output length is known only when they run.
@@ -139,6 +153,8 @@ np.testing.assert_array_equal(ints.unique().numpy(), np.unique(ints.numpy()))
 # without the declarations) holds them too.
 deep = nn.Sequential(nn.Linear(64, 256), nn.ReLU(), nn.Linear(256, 256), nn.Tanh(), nn.Linear(256, 10))
 held = {}
+from kiln.nn import tensor as nn_tensor  # noqa: E402
+
 for keep_all in (True, False):
     nn_tensor.keep_all_for_backward(keep_all)
     out = nn.SoftmaxLoss()(deep(nn.Tensor(rng.standard_normal((256, 64)).astype("float32"))), nn.Tensor(y.numpy().repeat(8)))

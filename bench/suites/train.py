@@ -47,13 +47,14 @@ def kiln_step(model, x: np.ndarray, y: np.ndarray, momentum: float = 0.0) -> Cal
     """One SGD step of ``model`` on ``(x, y)``; returns once every kernel of the step has run."""
     opt = optim.SGD(model.parameters(), lr=LR, momentum=momentum)
     loss_fn, xt, yt = nn.SoftmaxLoss(), Tensor(x), Tensor(y)
-    eng = engine.default()
+    eng, pool = engine.default(), model.kernel_pool
 
     def step() -> float:
-        opt.zero_grad()
-        loss = loss_fn(model(xt), yt)
-        loss.backward()
-        opt.step()
+        with pool.activate():  # as in nn.train: the loss and the update on the model's kernel pool
+            opt.zero_grad()
+            loss = loss_fn(model(xt), yt)
+            loss.backward()
+            opt.step()
         eng.wait_for_all()  # the update's kernels too, not only the loss's
         return float(loss.numpy())
 
