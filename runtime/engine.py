@@ -101,14 +101,13 @@ class Engine:
 
     # -- pushing ----------------------------------------------------------------------
     def push(self, fn: Callable[[], None], reads: Iterable[Var] = (), writes: Iterable[Var] = (),
-             device: str = "cpu", name: str | None = None, small: bool = False) -> None:
+             name: str | None = None, small: bool = False) -> None:
         """Run ``fn()`` once every earlier conflicting push is done; returns at once.
 
         ``small=True`` marks work too short to be worth a thread hand-off (a
         kernel of a few microseconds costs less than waking a worker and
         passing the GIL): when nothing it depends on is pending it runs right
-        here, in the pushing thread. ``device`` is accepted for MXNet's
-        signature and not used: every push runs on this engine's CPU threads."""
+        here, in the pushing thread. Every push runs on this engine's CPU threads."""
         self._push(fn, reads, writes, name=name or getattr(fn, "__name__", "op"), inline=small)
 
     def push_async(self, fn: Callable[[Callable[[BaseException | None], None]], None], reads: Iterable[Var] = (),
