@@ -3,8 +3,9 @@
 A ``KernelPool`` belongs to whoever runs the ops (a model, a training run);
 only ops run outside any of them share the process's default pool. Inside a
 pool, every *site* (an opaque hashable key the caller chooses; nn uses the
-layer, held weakly) keeps its own memo and its own shape budget: an op at a site is compiled for concrete shapes (the fastest code)
-until that site has met it at ``specialize_limit`` shapes; from the next new
+layer, held weakly) keeps its own memo and its own shape budget: an op at a
+site is compiled for concrete shapes (the fastest code) until that site has
+met it at ``specialize_limit`` shapes; from the next new
 shape on, the dims in which the shape differs from its nearest seen shape
 become symbolic, so one kernel serves every later size there (no compile per
 batch size or per data-dependent length). Two layers of one op therefore
