@@ -109,8 +109,9 @@ class Tensor(ValueOps):
         tensors = [v if isinstance(v, Tensor) else Tensor(v) for v in inputs]
         for t in tensors:
             if t._array is None:
-                raise RuntimeError(f"a gradient read a value of '{t._shape[2]}' that the op does not declare "
-                                   f"in grad_inputs/grad_output (while applying '{op.name}')")
+                raise GradError(f"a gradient read a value of '{t._shape[2]}' that the op does not declare "
+                                f"in grad_inputs/grad_output (while applying '{op.name}')", op=t._shape[2],
+                                arg="grad_inputs")
         shapes, site = tuple(t.shape for t in tensors), _pool.current_site()
         kernel, small = site.kernel(op, shapes, tuple(t.dtype for t in tensors), attrs)
         specs = kernel.output_specs(shapes)

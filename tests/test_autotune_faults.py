@@ -179,11 +179,17 @@ def test_rpc_tuning_through_a_tracker_survives_a_server_dying(tmp_path, rpc_clus
         if progress.done < 4 or killed.is_set():
             return
 
+        def sessions() -> int:
+            try:
+                return len(victim.children(recursive=True))
+            except psutil.NoSuchProcess:  # a session ended while psutil listed it: look again
+                return -1
+
         def watch():  # a session runs in a child of the server: kill the server while one is open
             deadline = time.monotonic() + 60
-            base = len(victim.children(recursive=True))
+            base = max(sessions(), 0)
             while time.monotonic() < deadline:
-                if len(victim.children(recursive=True)) > base:
+                if sessions() > base:
                     _kill(servers[0])
                     killed.set()
                     return

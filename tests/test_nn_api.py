@@ -241,3 +241,14 @@ def test_eval_and_train_reach_dropout_and_batchnorm_in_lists_and_dicts():
     np.testing.assert_allclose(net(kiln.Tensor(x)).numpy(), x / np.sqrt(1 + 1e-5) ** 2, rtol=1e-5)  # no dropout
     net.train()
     assert all(m.training for m in layers)
+
+
+def test_a_gradient_reading_a_value_its_op_did_not_keep_is_a_grad_error(monkeypatch):
+    """An op that under-declares ``grad_inputs`` fails clearly at backward, not with garbage."""
+    from kiln.te import get_op
+
+    monkeypatch.setattr(type(get_op("multiply")), "grad_inputs", ())  # claims its gradient reads no input
+    a = kiln.Tensor(np.ones((2, 3), "float32"), requires_grad=True)
+    b = kiln.Tensor(np.full((2, 3), 2.0, "float32"), requires_grad=True)
+    with pytest.raises(GradError, match="op 'multiply'.*grad_inputs/grad_output"):
+        (a * b).sum().backward()
