@@ -26,7 +26,7 @@ def register(subparsers) -> None:
 def run(args) -> int:
     from ..nn.checkpoint import load_checkpoint
     from ..outputs import check_output_path
-    from ..runtime.export import export
+    from ..graph.export import export
 
     out = check_output_path(args.out, "--out")
     model, spec = load_checkpoint(args.checkpoint)

@@ -164,7 +164,7 @@ def run(args) -> int:
 def _export(model, test_set, path: str) -> dict:
     """Export, then check the module's predictions for 8 test images against the model's."""
     from .. import nn
-    from ..runtime.export import export
+    from ..graph.export import export
     from ..runtime.predictor import Predictor
 
     print(f"kiln train: exporting to {path}", file=sys.stderr, flush=True)

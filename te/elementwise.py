@@ -30,6 +30,7 @@ def _map(x, fn, name, dtype):
 class Unary(Op):
     """``y = f(x)``; ``floating`` ops compute in float (int inputs give float64)."""
 
+    elementwise = True
     dtypes = NUMERIC
     floating = False
     inplace = MappingProxyType({0: 0})
@@ -172,6 +173,7 @@ class Sigmoid(Unary):
 
 @register
 class Cast(Op):
+    elementwise = True
     name = "cast"
     grad_inputs = ()
     grad_output = False
@@ -200,6 +202,7 @@ class Cast(Op):
 
 # -- binary ops with numpy broadcasting ---------------------------------------------
 class Binary(Op):
+    elementwise = True
     arity = 2
     dtypes = NUMERIC
     inplace = MappingProxyType({0: 0})  # into ``a`` when it has the output's shape

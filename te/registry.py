@@ -43,6 +43,10 @@ class Op:
     arity: int | None = 1
     #: attributes: name -> Attr(parser, default, doc).
     attrs: Mapping[str, Attr] = MappingProxyType({})
+    #: True for ops whose output element i reads element i of each input
+    #: (numpy broadcasting allowed): a graph fuses them into their producer's
+    #: write-back (``graph.fuse``).
+    elementwise: bool = False
     #: schedule family the generic templates dispatch on:
     #: "injective", "reduction", "matmul", "conv2d", "pool", "softmax".
     family: str = "injective"

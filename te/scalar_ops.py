@@ -21,6 +21,7 @@ class ScalarOp(Op):
     number as the second (or, reversed, the first) operand. The scalar follows
     numpy's NEP 50 promotion: it does not widen the array's dtype."""
 
+    elementwise = True
     attrs = {"scalar": A.Attr(A.scalar, doc="the Python number operand")}
     binary: str = ""
     reverse: bool = False

@@ -20,7 +20,7 @@ import numpy as np
 from ... import nn
 from ...nn.train import build_model
 from ...runtime import Predictor
-from ...runtime.export import export
+from ...graph.export import export
 from ..rows import make_row
 from ..timing import calls_sampler, compare
 from ..twins import torch_twin

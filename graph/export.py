@@ -1,0 +1,94 @@
+"""Export a model's forward as one compiled module.
+
+``export(model, example, path)`` traces the model's eval-mode forward into a
+``Graph`` (``graph.trace``), optimizes it — affine chains such as eval
+BatchNorm folded into the conv/dense weights (``graph.fold``), elementwise
+consumers fused into their producers (``graph.fuse``) — and lowers it to a
+Relax module of kiln-scheduled kernels (``graph.lower``), compiled with
+``tvm.compile`` and written as one shared library with ``export_library``.
+
+The file holds everything: the kernels, the weights (as constants of the
+Relax program), and a ``kiln_metadata`` function returning UTF-8 JSON bytes
+with the format name, the input shape (``null`` for a dynamic batch dim), the
+input dtype and the kiln and TVM versions. ``kiln.runtime.Predictor`` needs
+only TVM to run it.
+"""
+from __future__ import annotations
+
+from pathlib import Path
+
+import numpy as np
+import tvm
+from tvm.relax.backend.cpu_generic import pipeline as cpu_pipeline
+
+from ..errors import ExportError, KilnError, tvm_message
+from ..outputs import atomic_path, check_output_path
+from ..runtime.device import as_target
+from ..version import __version__
+from .fold import fold_affine
+from .fuse import fuse_epilogues
+from .lower import build_module
+from .trace import trace
+
+FORMAT = "kiln-model-1"
+PASSES = (fold_affine, fuse_epilogues)
+#: batches up to this size run ``main_small``, whose kernels run on one thread
+SMALL_BATCH = 8
+
+
+def optimize(graph):
+    """Run the export passes over ``graph`` in order (in place); return it."""
+    for run in PASSES:
+        run(graph)
+    return graph
+
+
+def export(model, example, path, dynamic_batch: bool = True, target=None) -> Path:
+    """Compile ``model``'s eval-mode forward into one shared library at ``path``.
+
+    Parameters
+    ----------
+    model : kiln.nn.Module (or any callable made of kiln ops)
+    example : array-like
+        An input of the right shape and dtype; with ``dynamic_batch`` its first
+        dim becomes symbolic, so the module serves any batch size.
+    path : str or Path
+        Written atomically (temporary file, then rename); checked before
+        compiling (``OutputError`` for a directory or an unwritable folder).
+
+    A model written in Python is exported the same way, after loading its
+    trained weights: ``model.load_state_dict(state)`` (``state`` from
+    ``model.state_dict()`` or ``kiln.nn.checkpoint.read_checkpoint``), then
+    ``export(model, example, path)``.
+    """
+    path = check_output_path(path, "path")
+    example = np.asarray(example.numpy() if hasattr(example, "numpy") else example)
+    if example.ndim == 0:
+        raise ExportError("got a 0-d example, expected a batch", op="export", arg="example")
+    target = as_target(target)
+    was_training = getattr(model, "training", False)
+    if hasattr(model, "eval"):
+        model.eval()
+    try:
+        graph = trace(model, example, dynamic_batch)
+    finally:
+        if was_training and hasattr(model, "train"):
+            model.train()
+    meta = {"format": FORMAT, "input_shape": [None if dynamic_batch and i == 0 else int(d)
+                                              for i, d in enumerate(example.shape)],
+            "input_dtype": str(example.dtype), "kiln": __version__, "tvm": tvm.__version__}
+    mod = build_module(optimize(graph), meta, target, SMALL_BATCH if dynamic_batch else None)
+    with target.tvm:
+        pipeline = tvm.transform.Sequential(
+            cpu_pipeline.dataflow_lower_passes(target.tvm)
+            + cpu_pipeline.finalize_passes(target.tvm))
+    try:
+        executable = tvm.compile(mod, target=target.tvm, relax_pipeline=pipeline)
+    except KilnError:
+        raise
+    except Exception as exc:  # noqa: BLE001 - TVM's compile errors are C++ tracebacks
+        raise ExportError(f"TVM could not compile the model: {tvm_message(exc, 300)}", op="export",
+                          arg="model") from exc
+    with atomic_path(path, suffix=".so") as tmp:  # an OSError becomes an OutputError naming the path
+        executable.export_library(tmp)
+    return path

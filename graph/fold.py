@@ -1,0 +1,111 @@
+"""Fold per-channel affine chains (eval BatchNorm, bias adds) into the
+weights of the conv2d or dense before them.
+
+Condition: a ``conv2d`` (NCHW) or ``dense`` whose weights are constants, and
+after it a chain of ``add``/``subtract``/``multiply`` (either operand order)
+or ``divide`` (by the constant) whose other operand is a constant varying
+along the output channels only, each link read by nothing but the next.
+Rewrite: the chain is ``f(z) = s * z + t`` per channel, with ``t = f(0)`` and
+``s = f(1) - f(0)`` computed by running the chain's own ops on constants
+(kiln's kernels: no op math is written again here). The weights become
+``W * s`` (per output channel); a dense's bias becomes ``f(b)``; a conv2d
+keeps one ``add`` of ``t`` after it, which ``graph.fuse`` folds into its
+write-back.
+"""
+from __future__ import annotations
+
+import numpy as np
+
+from ..runtime.build import build
+from ..te import get_op
+from .ir import Graph, Node, Value
+
+AFFINE = ("add", "subtract", "multiply", "divide")
+
+
+def evaluate(op: str, *arrays: np.ndarray, **attrs) -> np.ndarray:
+    """``op(*arrays)`` computed by its compiled kernel (constants only)."""
+    kernel = build(op, [a.shape for a in arrays], [str(a.dtype) for a in arrays], attrs)
+    return kernel(*arrays)
+
+
+def _channel_axis(node: Node) -> int | None:
+    """The output axis of ``node``'s channels, if its weights are constants it can scale."""
+    if node.epilogue:
+        return None
+    if node.op.name == "conv2d" and node.attrs["layout"] == "NCHW" and node.inputs[1].is_const:
+        return 1
+    if node.op.name == "dense" and not node.attrs["relu"] and all(v.is_const for v in node.inputs[1:]):
+        return len(node.outputs[0].shape) - 1
+    return None
+
+
+def _per_channel(value: Value, rank: int, axis: int, channels: int) -> bool:
+    """Whether ``value`` is a constant that broadcasts along every axis but the channels'."""
+    if not value.is_const or len(value.shape) > rank:
+        return False
+    shape = (1,) * (rank - len(value.shape)) + tuple(value.shape)
+    return all(d == 1 for i, d in enumerate(shape) if i != axis) and shape[axis] in (1, channels)
+
+
+def _chain(graph: Graph, node: Node, axis: int) -> list[Node]:
+    """The affine links after ``node`` that can fold into it."""
+    out = node.outputs[0]
+    rank, channels = len(out.shape), int(out.shape[axis])
+    links, cur = [], out
+    while True:
+        user = graph.sole_user(cur)
+        if user is None or user.op.name not in AFFINE or user.epilogue or user.outputs[0].dtype != out.dtype:
+            return links
+        a, b = user.inputs
+        other = b if a is cur else a if (b is cur and user.op.name != "divide") else None
+        if other is None or not _per_channel(other, rank, axis, channels):
+            return links
+        links.append(user)
+        cur = user.outputs[0]
+
+
+def _apply_chain(links: list[Node], z: np.ndarray) -> np.ndarray:
+    """The chain's ops run on the constant ``z`` in place of the producer's output."""
+    for link in links:
+        a, b = link.inputs
+        args = [z, b.data] if not a.is_const else [a.data, z]
+        z = evaluate(link.op.name, *args, **link.attrs)
+    return z
+
+
+def fold_affine(graph: Graph) -> int:
+    """Fold every affine chain that can be folded; return how many were."""
+    folded = 0
+    for node in list(graph.nodes):
+        axis = _channel_axis(node) if node in graph.nodes else None
+        links = _chain(graph, node, axis) if axis is not None else []
+        if not links:
+            continue
+        out = node.outputs[0]
+        channels, dtype = int(out.shape[axis]), out.dtype
+        probe = (1,) * axis + (channels,) + (1,) * (len(out.shape) - axis - 1)
+        t = _apply_chain(links, np.zeros(probe, dtype))
+        s = evaluate("subtract", _apply_chain(links, np.ones(probe, dtype)), t)
+        weight = node.inputs[1]
+        if node.op.name == "dense":  # y = x W + b:  f(y) = x (W s) + f(b)
+            node.inputs[1] = Value(weight.shape, dtype, data=evaluate("multiply", weight.data, s.reshape(1, -1)),
+                                   name=weight.name + "'")
+            bias = node.inputs[2]
+            node.inputs[2] = Value(bias.shape, dtype, data=_apply_chain(links, bias.data.reshape(probe)).reshape(-1),
+                                   name=bias.name + "'")
+            graph.replace_uses(links[-1].outputs[0], out)
+            for link in reversed(links):
+                graph.remove(link)
+        else:  # conv2d: W s per output channel, then one add of t
+            node.inputs[1] = Value(weight.shape, dtype,
+                                   data=evaluate("multiply", weight.data, s.reshape(channels, 1, 1, 1)),
+                                   name=weight.name + "'")
+            first = links[0]
+            first.op, first.attrs = get_op("add"), {}
+            first.inputs = [out, Value(t.shape, dtype, data=t, name=f"shift{folded}")]
+            graph.replace_uses(links[-1].outputs[0], first.outputs[0])
+            for link in reversed(links[1:]):
+                graph.remove(link)
+        folded += 1
+    return folded

@@ -1,0 +1,117 @@
+"""The traced op graph: values, the op applications between them, and edits.
+
+A ``Graph`` is what a model's forward (later: a whole training step) becomes
+when it is traced through the op declarations: ``Node``s applying registered
+ops to ``Value``s, in the order they ran (a topological order). A value is a
+graph input, a constant (its numpy data is known at export: a weight, a
+folded expression) or a node's output. Passes rewrite the graph in place
+with the few edits below, each keeping the order topological.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+import numpy as np
+
+
+@dataclass(eq=False)
+class Value:
+    """One tensor of the graph: ``shape`` (ints, or a symbolic batch dim) and
+    ``dtype``; ``data`` for a constant, ``node`` for an op's output."""
+
+    shape: tuple
+    dtype: str
+    node: "Node | None" = None
+    data: np.ndarray | None = None
+    name: str = ""
+
+    @property
+    def is_const(self) -> bool:
+        return self.data is not None
+
+    def __repr__(self) -> str:
+        kind = "const" if self.is_const else self.node.op.name if self.node else "input"
+        return f"<{kind} {self.name} {tuple(map(str, self.shape))}:{self.dtype}>"
+
+
+@dataclass(eq=False)
+class Node:
+    """An op applied to values. ``epilogue`` lists the elementwise ops fused
+    into its write-back (``graph.fuse``): ``(op, attrs, other operands)``, each
+    taking the running result as its first input."""
+
+    op: object
+    attrs: dict
+    inputs: list
+    outputs: list = field(default_factory=list)
+    epilogue: list = field(default_factory=list)
+
+    @property
+    def name(self) -> str:
+        return "_".join([self.op.name] + [e[0].name for e in self.epilogue])
+
+    def operands(self) -> list:
+        """Every value the node reads: its inputs, then its epilogue's other operands."""
+        return list(self.inputs) + [v for _, _, others in self.epilogue for v in others]
+
+    def __repr__(self) -> str:
+        return f"<node {self.name} {self.attrs}>"
+
+
+class Graph:
+    """Inputs, outputs and the nodes between them, in a topological order."""
+
+    def __init__(self):
+        self.inputs: list[Value] = []
+        self.outputs: list[Value] = []
+        self.nodes: list[Node] = []
+
+    def add(self, op, attrs: dict, inputs: list, out_specs: list) -> Node:
+        """Append ``op(inputs)`` with outputs of ``out_specs`` ``[(shape, dtype)]``."""
+        node = Node(op, dict(attrs), list(inputs))
+        node.outputs = [Value(tuple(s), str(d), node=node, name=f"{op.name}{len(self.nodes)}.{i}")
+                        for i, (s, d) in enumerate(out_specs)]
+        self.nodes.append(node)
+        return node
+
+    def users(self, value: Value) -> list[Node]:
+        """The nodes that read ``value`` (a node reading it twice is listed twice)."""
+        return [n for n in self.nodes for v in n.operands() if v is value]
+
+    def is_output(self, value: Value) -> bool:
+        return any(v is value for v in self.outputs)
+
+    def sole_user(self, value: Value) -> Node | None:
+        """The one node reading ``value`` once, if nothing else (an output included) reads it."""
+        users = self.users(value)
+        return users[0] if len(users) == 1 and not self.is_output(value) else None
+
+    def replace_uses(self, old: Value, new: Value) -> None:
+        """Make every reader of ``old`` (and the outputs) read ``new``."""
+        for node in self.nodes:
+            node.inputs = [new if v is old else v for v in node.inputs]
+            node.epilogue = [(op, attrs, [new if v is old else v for v in others])
+                             for op, attrs, others in node.epilogue]
+        self.outputs = [new if v is old else v for v in self.outputs]
+
+    def remove(self, node: Node) -> None:
+        """Drop a node whose outputs nobody reads any more."""
+        assert not any(self.users(v) or self.is_output(v) for v in node.outputs), node
+        self.nodes.remove(node)
+
+    def constants(self) -> list[Value]:
+        """The distinct constants the nodes read."""
+        seen: dict[int, Value] = {}
+        for node in self.nodes:
+            for v in node.operands():
+                if v.is_const:
+                    seen.setdefault(id(v), v)
+        return list(seen.values())
+
+    def __repr__(self) -> str:
+        lines = [f"graph({', '.join(map(repr, self.inputs))})"]
+        for n in self.nodes:
+            lines.append(f"  {', '.join(v.name for v in n.outputs)} = {n.name}"
+                         f"({', '.join(v.name or repr(v) for v in n.operands())}) {n.attrs}")
+        lines.append(f"  return {', '.join(v.name for v in self.outputs)}")
+        return "\n".join(lines)

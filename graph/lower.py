@@ -1,0 +1,139 @@
+"""A ``Graph`` as a Relax module of kiln-scheduled kernels.
+
+Every node becomes one PrimFunc (``BlockBuilder.emit_te`` of its op's
+``compute`` followed by its epilogue's), scheduled with the template dispatch
+picks for its op; the epilogue's blocks are then inlined into the producer's
+last block (``reverse_compute_inline``), so a fused chain writes memory once.
+A reshape becomes a Relax view (no kernel, no copy). Constants are Relax
+constants, embedded in the module.
+"""
+from __future__ import annotations
+
+import json
+
+import numpy as np
+import tvm
+from tvm import relax, tirx
+
+from ..errors import ExportError, KilnError, tvm_message
+from ..runtime.lower import schedule
+from ..schedules.generic import schedule_injective
+from .ir import Graph, Node
+
+VIEWS = ("reshape",)
+
+
+def _compute(node: Node):
+    """The node's tensor expression: its op, then each epilogue op on the running result."""
+    def compute(*tensors):
+        out = node.op.compute(*tensors[:len(node.inputs)], **node.attrs)
+        rest = list(tensors[len(node.inputs):])
+        for op, attrs, others in node.epilogue:
+            out = op.compute(out, *rest[:len(others)], **attrs)
+            rest = rest[len(others):]
+        return out
+    return compute
+
+
+def to_relax(graph: Graph, name: str = "main", suffix: str = "") -> tuple[tvm.IRModule, dict]:
+    """The graph as the Relax function ``name`` (its kernels' names end in
+    ``suffix``) and ``{PrimFunc name: node}``."""
+    bb = relax.BlockBuilder()
+    (x,) = graph.inputs
+    param = relax.Var("x", relax.TensorType(list(x.shape), x.dtype))
+    env, kernels = {id(x): param}, {}
+
+    def arg(v):
+        if id(v) not in env:
+            env[id(v)] = relax.const(v.data)
+        return env[id(v)]
+
+    with bb.function(name, [param]):
+        with bb.dataflow():
+            for node in graph.nodes:
+                args = [arg(v) for v in node.operands()]
+                if node.op.name in VIEWS and not node.epilogue:
+                    out = bb.emit(relax.op.reshape(args[0], list(node.outputs[0].shape)))
+                else:
+                    kernel = f"{node.name}_{len(kernels)}{suffix}"
+                    kernels[kernel] = node
+                    out = bb.emit_te(_compute(node), *args, primfunc_name_hint=kernel)
+                if len(node.outputs) == 1:
+                    env[id(node.outputs[0])] = out
+                else:
+                    for i, v in enumerate(node.outputs):
+                        env[id(v)] = bb.emit(relax.TupleGetItem(out, i))
+            result = bb.emit_output(env[id(graph.outputs[0])])
+        bb.emit_func_output(result)
+    return bb.get(), kernels
+
+
+def build_module(graph: Graph, meta: dict, target, small_batch: int | None = None) -> tvm.IRModule:
+    """The scheduled module: ``main`` for every batch size and, with
+    ``small_batch``, ``main_small`` for batches up to it, whose kernels run on
+    one thread (for few rows a parallel launch costs more than it saves), and
+    ``kiln_metadata`` returning ``meta`` as UTF-8 JSON bytes (with the entries
+    listed, the Predictor picks one by batch size)."""
+    mod, kernels = to_relax(graph)
+    mod = schedule_kernels(mod, kernels, target)
+    entries = [{"name": "main"}]
+    if small_batch:
+        small, small_kernels = to_relax(graph, "main_small", "_small")
+        small = schedule_kernels(small, small_kernels, target, serial=True)
+        for gv, func in small.functions_items():
+            mod[gv] = func
+        entries.insert(0, {"name": "main_small", "max_batch": small_batch})
+    bb = relax.BlockBuilder()
+    with bb.function("kiln_metadata", []):
+        data = json.dumps({**meta, "entries": entries}).encode()
+        bb.emit_func_output(relax.const(np.frombuffer(data, dtype=np.uint8)))
+    for gv, func in bb.get().functions_items():
+        mod[gv] = func
+    return mod
+
+
+def schedule_kernels(mod: tvm.IRModule, kernels: dict, target, serial: bool = False) -> tvm.IRModule:
+    """Schedule every kernel PrimFunc of ``mod`` with kiln's templates (with
+    every ``parallel`` knob off when ``serial``)."""
+    for gv, func in list(mod.functions_items()):
+        node = kernels.get(gv.name_hint)
+        if not isinstance(func, tirx.PrimFunc) or node is None:
+            continue
+        workload = node.op.check([v.shape for v in node.inputs], [v.dtype for v in node.inputs], node.attrs)
+        blocks = _block_names(func)
+        head = blocks.index(node.op.name) if node.op.name in blocks else len(blocks) - 1 - len(node.epilogue)
+        lowered = schedule(workload, func, blocks[head], target)
+        if serial:
+            knobs = {k: 0 for k in lowered.cfg.space if k == "parallel" or k.endswith("_parallel")}
+            lowered = schedule(workload, func, blocks[head], target, knobs) if knobs else lowered
+        for name in blocks[head + 1:]:
+            _inline_epilogue(lowered, name, node)
+        mod[gv] = lowered.sch.mod["main"].with_attr("global_symbol", gv.name_hint)
+    return mod
+
+
+def _block_names(func) -> list[str]:
+    """The names of the function's top-level blocks, in order."""
+    sch = tvm.s_tir.Schedule(func)
+    return [sch.get(b).name_hint for b in sch.get_child_blocks(sch.get_sblock("root"))]
+
+
+def _inline_epilogue(lowered, name: str, node: Node) -> None:
+    """Inline an epilogue block into the producer's write-back; where the
+    template left no block it can join, schedule it on its own (still the
+    same kernel, one more pass over the output)."""
+    sch = lowered.sch
+    try:
+        block = sch.get_sblock(name)
+    except Exception:  # noqa: BLE001 - the template already inlined it into its own stages
+        return
+    try:
+        sch.reverse_compute_inline(block)
+    except Exception:  # noqa: BLE001 - TVM refuses some producer shapes; the fallback is correct
+        try:
+            schedule_injective(sch, block, lowered.cfg, prefix=f"{name}_")
+        except KilnError:
+            raise
+        except Exception as exc:  # noqa: BLE001
+            raise ExportError(f"could not schedule the fused {name} after {node.name}: {tvm_message(exc)}",
+                              op=node.op.name, arg="model") from exc

@@ -1,0 +1,132 @@
+"""The graph layer: tracing, each export pass on the graph before and after,
+numerics equal to the model's eval forward at batch 1, 7 and 64, and graphs
+that defeat a pass still exporting correctly."""
+import numpy as np
+import pytest
+
+import kiln
+from kiln import nn
+from kiln.graph import optimize, trace
+from kiln.graph.fold import fold_affine
+from kiln.graph.fuse import fuse_epilogues
+from kiln.runtime import Predictor
+
+BATCHES = (1, 7, 64)
+
+
+def _stats(model, x):
+    """Move BatchNorm's running statistics away from (0, 1) with a training pass."""
+    model.train()
+    model(kiln.Tensor(x))
+    model.eval()
+    return model
+
+
+def _exported_matches(model, x, tmp_path, rtol=1e-5):
+    predictor = Predictor(kiln.export(model, x[:1], tmp_path / "m.so"))
+    for batch in BATCHES:
+        want = model(kiln.Tensor(x[:batch])).numpy()
+        got = predictor(x[:batch])
+        scale = np.max(np.abs(want)) + 1e-12
+        assert np.max(np.abs(got - want)) / scale < rtol, batch
+    return predictor
+
+
+def _ops(graph):
+    return [n.name for n in graph.nodes]
+
+
+class Twice(nn.Module):
+    """A conv whose output feeds a BatchNorm and the output both."""
+
+    def __init__(self):
+        self.conv, self.bn = nn.Conv(1, 4, 3), nn.BatchNorm2d(4)
+
+    def forward(self, x):
+        y = self.conv(x)
+        return self.bn(y) + y
+
+
+class AddInput(nn.Module):
+    """A residual whose other operand is the graph input."""
+
+    def __init__(self):
+        self.conv = nn.Conv(2, 2, 3)
+
+    def forward(self, x):
+        return nn.ReLU()(self.conv(x) + x)
+
+
+@pytest.fixture
+def images():
+    return np.random.default_rng(0).standard_normal((64, 1, 8, 8)).astype("float32")
+
+
+def test_batchnorm_folds_into_the_conv_and_the_rest_fuses(images, tmp_path):
+    nn.init.manual_seed(0)
+    model = _stats(nn.Sequential(nn.Conv(1, 8, 3), nn.BatchNorm2d(8), nn.ReLU(), nn.GlobalAvgPool2d(),
+                                 nn.Linear(8, 10)), images)
+    graph = trace(model, images[:1])
+    assert _ops(graph) == ["conv2d", "add", "subtract", "multiply", "add", "relu", "global_avg_pool2d", "reshape",
+                           "dense"]
+    assert fold_affine(graph) == 1
+    assert _ops(graph) == ["conv2d", "add", "relu", "global_avg_pool2d", "reshape", "dense"]
+    assert fuse_epilogues(graph) == 2
+    assert _ops(graph) == ["conv2d_add_relu", "global_avg_pool2d", "reshape", "dense"]
+    _exported_matches(model, images, tmp_path)
+
+
+def test_dense_takes_its_relu_and_a_following_affine_folds(tmp_path):
+    nn.init.manual_seed(1)
+    x = np.random.default_rng(1).standard_normal((64, 16)).astype("float32")
+    model = _stats(nn.Sequential(nn.Linear(16, 32), nn.BatchNorm1d(32), nn.ReLU(), nn.Linear(32, 4)), x)
+    graph = optimize(trace(model, x[:1]))
+    assert _ops(graph) == ["dense", "dense"] and graph.nodes[0].attrs["relu"]
+    _exported_matches(model, x, tmp_path)
+
+
+def test_a_value_used_twice_is_neither_folded_nor_fused_away(images, tmp_path):
+    nn.init.manual_seed(2)
+    model = _stats(Twice(), images)
+    graph = optimize(trace(model, images[:1]))
+    # the biased conv output is read twice: its bias fuses, the BatchNorm cannot fold into its weights
+    assert _ops(graph) == ["conv2d_add", "subtract_multiply_add_add"]
+    _exported_matches(model, images, tmp_path)
+
+
+def test_a_residual_of_the_graph_input_fuses_as_an_epilogue(tmp_path):
+    nn.init.manual_seed(3)
+    x = np.random.default_rng(3).standard_normal((64, 2, 8, 8)).astype("float32")
+    model = AddInput().eval()
+    graph = optimize(trace(model, x[:1]))
+    assert _ops(graph) == ["conv2d_add_add_relu"]  # bias, residual and relu in the conv's write-back
+    _exported_matches(model, x, tmp_path)
+
+
+def test_a_batchnorm_with_no_conv_before_it_still_exports(images, tmp_path):
+    nn.init.manual_seed(4)
+    model = _stats(nn.Sequential(nn.BatchNorm2d(1), nn.ReLU(), nn.Flatten(), nn.Linear(64, 3)), images)
+    graph = optimize(trace(model, images[:1]))
+    assert graph.nodes[0].name == "subtract_multiply_add_relu"  # nothing to fold into: one fused kernel
+    _exported_matches(model, images, tmp_path)
+
+
+def test_small_batches_have_a_one_thread_entry_that_computes_the_same(tmp_path):
+    import tvm
+
+    from kiln.graph.export import SMALL_BATCH
+
+    nn.init.manual_seed(5)
+    model = nn.Sequential(nn.Linear(16, 32), nn.ReLU(), nn.Linear(32, 4)).eval()
+    predictor = Predictor(kiln.export(model, np.zeros((1, 16), "float32"), tmp_path / "m.so"))
+    assert predictor.meta["entries"] == [{"name": "main_small", "max_batch": SMALL_BATCH}, {"name": "main"}]
+    x = tvm.runtime.tensor(np.random.default_rng(5).standard_normal((SMALL_BATCH, 16)).astype("float32"))
+    small, large = predictor.vm["main_small"](x).numpy(), predictor.vm["main"](x).numpy()
+    np.testing.assert_allclose(small, large, rtol=1e-6, atol=1e-6)
+
+
+def test_the_trace_names_every_node_and_constant(images):
+    graph = trace(nn.Sequential(nn.Conv(1, 2, 3), nn.ReLU()).eval(), images[:1])
+    text = repr(graph)
+    assert "conv2d" in text and "relu" in text and "return" in text
+    assert len(graph.constants()) == 2  # the weight and the bias
