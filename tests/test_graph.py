@@ -130,3 +130,10 @@ def test_the_trace_names_every_node_and_constant(images):
     text = repr(graph)
     assert "conv2d" in text and "relu" in text and "return" in text
     assert len(graph.constants()) == 2  # the weight and the bias
+
+
+def test_an_op_with_no_export_rule_is_an_export_error_naming_it(tmp_path):
+    model = nn.Sequential(nn.Linear(4, 4))
+    with pytest.raises(kiln.errors.ExportError, match="op 'masked_select'"):
+        kiln.export(lambda x: model(x).masked_select(x > 0), np.zeros((1, 4), "float32"), tmp_path / "m.so")
+    assert not (tmp_path / "m.so").exists()
