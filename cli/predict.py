@@ -1,6 +1,7 @@
 """``kiln predict``: run an exported model on a batch from a .npy or .npz file."""
 from __future__ import annotations
 
+import dataclasses
 import json
 import zipfile
 import zlib
@@ -9,6 +10,7 @@ import numpy as np
 
 from ..errors import DataError
 from ..runtime.predictor import Predictor
+from .args import positive_int
 
 NPY_MAGIC, ZIP_MAGICS = b"\x93NUMPY", (b"PK\x03\x04", b"PK\x05\x06")
 # what numpy raises for a damaged .npy/.npz besides OSError: a short read, a bad zip or deflate stream
@@ -23,7 +25,13 @@ def register(subparsers) -> None:
     parser.add_argument("--key", metavar="NAME",
                         help="the array to use from a .npz input that holds several (default: its only array)")
     parser.add_argument("--json", action="store_true",
-                        help='print one JSON object: {"classes": [...], "scores": [[...], ...]}')
+                        help='print one JSON object: {"classes": [...], "scores": [[...], ...]} '
+                             '(with --profile: {"rows": [...], "total_ms": ..., "batch": ...})')
+    parser.add_argument("--profile", action="store_true",
+                        help="instead of the scores, print the time of each kernel of a call on the input: "
+                             "kernel, argument shapes, ms, share of the call")
+    parser.add_argument("--repeat", type=positive_int, default=100, metavar="N",
+                        help="with --profile: the calls to take the median of (default 100)")
     parser.set_defaults(func=run)
 
 
@@ -65,6 +73,10 @@ def read_input(path: str, key: str | None = None) -> np.ndarray:
 
 def run(args) -> int:
     x = read_input(args.input, args.key)  # cheap, so a bad input is said before the model is loaded
+    if args.profile:
+        profile = Predictor(args.model).profile(x, repeat=args.repeat)
+        print(json.dumps(dataclasses.asdict(profile)) if args.json else profile.table())
+        return 0
     scores = Predictor(args.model)(x)
     classes = scores.argmax(axis=1).tolist() if scores.ndim == 2 else None
     if args.json:
