@@ -11,17 +11,61 @@ import numpy as np
 
 from ..errors import KilnError
 from ..nn import modules as M
+from ..nn.zoo import BasicBlock
 
 
-def _layers(model: M.Module) -> list[M.Module]:
-    return model.modules if isinstance(model, M.Sequential) else [model]
-
-
-def _copy(param, value) -> None:
+def _copied(t, **values):
+    """``t`` with each named parameter or buffer set to a kiln Tensor's or an
+    array's value (a None value: ``t`` has no such parameter)."""
     import torch
 
     with torch.no_grad():
-        param.copy_(torch.from_numpy(np.ascontiguousarray(value)))
+        for name, value in values.items():
+            if value is not None:
+                array = value.numpy() if hasattr(value, "numpy") else value
+                getattr(t, name).copy_(torch.from_numpy(np.ascontiguousarray(array)))
+    return t
+
+
+def _block_twin(block: BasicBlock):
+    """The twin of a ResNet basic block: ``relu(body(x) + shortcut(x))``."""
+    import torch
+
+    class Block(torch.nn.Module):
+        def __init__(self, body, shortcut):
+            super().__init__()
+            self.body, self.shortcut = body, shortcut
+
+        def forward(self, x):
+            return torch.relu(self.body(x) + self.shortcut(x))
+
+    return Block(_twin(block.body), _twin(block.shortcut))
+
+
+def _twin(layer: M.Module):
+    """The PyTorch module computing what ``layer`` computes, with its weights."""
+    import torch
+
+    if isinstance(layer, M.Sequential):
+        return torch.nn.Sequential(*(_twin(m) for m in layer.modules))
+    if isinstance(layer, BasicBlock):
+        return _block_twin(layer)
+    if isinstance(layer, M.Linear):  # kiln's weight is (in, out), PyTorch's (out, in)
+        return _copied(torch.nn.Linear(layer.in_features, layer.out_features, bias=layer.bias is not None),
+                       weight=layer.weight.numpy().T, bias=layer.bias)
+    if isinstance(layer, M.Conv):
+        return _copied(torch.nn.Conv2d(layer.in_channels, layer.out_channels, layer.kernel_size, stride=layer.stride,
+                                       padding=layer.padding, bias=layer.bias is not None),
+                       weight=layer.weight, bias=layer.bias)
+    if isinstance(layer, M.BatchNorm2d):
+        return _copied(torch.nn.BatchNorm2d(layer.dim, eps=layer.eps, momentum=layer.momentum),
+                       **{name: getattr(layer, name) for name in ("weight", "bias", "running_mean", "running_var")})
+    if isinstance(layer, M.GlobalAvgPool2d):
+        return torch.nn.Sequential(torch.nn.AdaptiveAvgPool2d(1), torch.nn.Flatten())
+    simple = {M.ReLU: torch.nn.ReLU, M.Flatten: torch.nn.Flatten, M.Identity: torch.nn.Identity}
+    if type(layer) not in simple:
+        raise KilnError(f"no PyTorch twin for a {type(layer).__name__} layer", arg="model")
+    return simple[type(layer)]()
 
 
 def torch_twin(model: M.Module):
@@ -29,38 +73,10 @@ def torch_twin(model: M.Module):
 
     Handles the layers of kiln's zoo: Linear (kiln's weight is (in, out),
     PyTorch's (out, in)), Conv (same padding), BatchNorm2d (parameters and
-    running statistics), ReLU, Flatten, GlobalAvgPool2d, nested Sequential.
+    running statistics), ReLU, Flatten, Identity, GlobalAvgPool2d, ResNet's
+    BasicBlock, nested Sequential.
     """
     import torch
 
-    out = []
-    for layer in _layers(model):
-        if isinstance(layer, M.Sequential):
-            out.append(torch_twin(layer))
-        elif isinstance(layer, M.Linear):
-            t = torch.nn.Linear(layer.in_features, layer.out_features, bias=layer.bias is not None)
-            _copy(t.weight, layer.weight.numpy().T)
-            if layer.bias is not None:
-                _copy(t.bias, layer.bias.numpy())
-            out.append(t)
-        elif isinstance(layer, M.Conv):
-            t = torch.nn.Conv2d(layer.in_channels, layer.out_channels, layer.kernel_size, stride=layer.stride,
-                                padding=layer.padding, bias=layer.bias is not None)
-            _copy(t.weight, layer.weight.numpy())
-            if layer.bias is not None:
-                _copy(t.bias, layer.bias.numpy())
-            out.append(t)
-        elif isinstance(layer, M.BatchNorm2d):
-            t = torch.nn.BatchNorm2d(layer.dim, eps=layer.eps, momentum=layer.momentum)
-            for name in ("weight", "bias", "running_mean", "running_var"):
-                _copy(getattr(t, name), getattr(layer, name).numpy())
-            out.append(t)
-        elif isinstance(layer, M.ReLU):
-            out.append(torch.nn.ReLU())
-        elif isinstance(layer, M.Flatten):
-            out.append(torch.nn.Flatten())
-        elif isinstance(layer, M.GlobalAvgPool2d):
-            out.extend([torch.nn.AdaptiveAvgPool2d(1), torch.nn.Flatten()])
-        else:
-            raise KilnError(f"no PyTorch twin for a {type(layer).__name__} layer", arg="model")
-    return torch.nn.Sequential(*out)
+    twin = _twin(model)
+    return twin if isinstance(twin, torch.nn.Sequential) else torch.nn.Sequential(twin)

@@ -45,9 +45,10 @@ def register(subparsers) -> None:
                         help="digits: the 8x8 digits that scikit-learn ships; mnist: IDX files in --data-dir "
                              "(default digits)")
     parser.add_argument("--data-dir", metavar="DIR", help="folder with the MNIST IDX files (for --dataset mnist)")
-    parser.add_argument("--model", choices=("mlp", "mlp-residual", "cnn"), default="mlp",
+    parser.add_argument("--model", choices=("mlp", "mlp-residual", "cnn", "resnet"), default="mlp",
                         help="mlp: one hidden layer of 128; mlp-residual: plus a residual block; cnn: two conv + "
-                             "BatchNorm layers and global average pooling (default mlp)")
+                             "BatchNorm layers and global average pooling; resnet: a conv stem and two residual "
+                             "blocks with BatchNorm (default mlp)")
     parser.add_argument("--epochs", type=positive_int, default=20, metavar="N",
                         help="passes over the training set (default 20)")
     parser.add_argument("--batch-size", type=positive_int, default=64, metavar="B",
@@ -84,8 +85,9 @@ def check_outputs(args) -> None:
 
 def _datasets(args):
     from ..nn import data
+    from ..nn.zoo import IMAGE_MODELS
 
-    flatten = args.model != "cnn"
+    flatten = args.model not in IMAGE_MODELS
     if args.dataset == "digits":
         return data.digits("train", flatten=flatten), data.digits("test", flatten=flatten)
     return (data.mnist(args.data_dir, "train", flatten=flatten), data.mnist(args.data_dir, "test", flatten=flatten))

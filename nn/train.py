@@ -1,6 +1,7 @@
-"""Training loops and the models ``kiln train`` knows (needle's ``epoch`` /
-``train``); labels are checked against the model's classes before the first
-step. Checkpoints are in ``nn/checkpoint.py``."""
+"""Training loops (needle's ``epoch`` / ``train``); labels are checked against
+the model's classes before the first step. The models ``kiln train`` knows are
+in ``nn/zoo.py`` (``build_model`` and ``MODELS`` are importable from here too),
+checkpoints in ``nn/checkpoint.py``."""
 from __future__ import annotations
 
 import time
@@ -9,26 +10,10 @@ from typing import Callable
 
 import numpy as np
 
-from ..errors import AttrError
 from . import modules as M
 from .data import check_labels
 from .tensor import Tensor, no_grad
-
-MODELS = ("mlp", "mlp-residual", "cnn")
-
-
-def build_model(name: str, in_shape: tuple, classes: int, hidden: int = 128) -> M.Module:
-    """A model from the zoo for inputs of ``in_shape`` (without the batch dim)."""
-    if name == "mlp":
-        return M.Sequential(M.Flatten(), M.Linear(int(np.prod(in_shape)), hidden), M.ReLU(), M.Linear(hidden, classes))
-    if name == "mlp-residual":
-        return M.Sequential(M.Flatten(), M.Linear(int(np.prod(in_shape)), hidden), M.ReLU(),
-                            M.Residual(M.Sequential(M.Linear(hidden, hidden), M.ReLU())), M.Linear(hidden, classes))
-    if name == "cnn":
-        channels = in_shape[0]
-        return M.Sequential(M.Conv(channels, 16, 3), M.BatchNorm2d(16), M.ReLU(), M.Conv(16, 32, 3),
-                            M.BatchNorm2d(32), M.ReLU(), M.GlobalAvgPool2d(), M.Linear(32, classes))
-    raise AttrError(f"got {name!r}, expected one of {', '.join(MODELS)}", op="train", arg="model")
+from .zoo import MODELS, build_model  # noqa: F401  (kiln.nn.train.build_model is public API)
 
 
 @dataclass

@@ -31,6 +31,7 @@ MODELS = {
     "MLP 784-512-10": (lambda: nn.Sequential(nn.Linear(784, 512), nn.ReLU(), nn.Linear(512, 10)), (784,)),
     "zoo mlp 1x8x8": (lambda: build_model("mlp", (1, 8, 8), 10), (1, 8, 8)),
     "zoo cnn 1x8x8": (lambda: build_model("cnn", (1, 8, 8), 10), (1, 8, 8)),
+    "zoo resnet 1x8x8": (lambda: build_model("resnet", (1, 8, 8), 10), (1, 8, 8)),
 }
 BATCHES = (1, 16, 64)
 QUICK = {"models": ("zoo mlp 1x8x8",), "batches": (1,)}

@@ -1,0 +1,104 @@
+"""The model zoo (``kiln.nn.zoo``): the ResNet's shape, its export (BatchNorms
+folded, residual adds fused, same outputs as its eval forward) and a few
+training steps; names the zoo does not know are refused."""
+import numpy as np
+import pytest
+
+import kiln
+from kiln.errors import AttrError
+from kiln.nn import modules as M
+from kiln.nn.train import MODELS, build_model
+from kiln.nn.zoo import BasicBlock
+
+IMAGE = (1, 8, 8)  # the digits
+BATCH = 7  # one batch size for most checks, so that they share their compiled kernels
+
+
+def resnet_with_statistics(seed: int = 0):
+    """The zoo's resnet in eval mode, its BatchNorms given random affine
+    parameters and running statistics (fresh ones are the identity, which
+    would hide a BatchNorm folded wrongly)."""
+    kiln.nn.init.manual_seed(seed)
+    model = build_model("resnet", IMAGE, 10)
+    rng = np.random.default_rng(seed)
+    state = model.state_dict()
+    for name, bn in model.named_parameters() + model.named_buffers():
+        if bn.ndim != 1 or name.endswith("6.bias"):  # the BatchNorms' vectors; 6 is the classifier
+            continue
+        low, high = (0.5, 2.0) if name.endswith(("running_var", "weight")) else (-0.5, 0.5)
+        state[name] = rng.uniform(low, high, bn.shape).astype("float32")
+    model.load_state_dict(state)
+    return model.eval()
+
+
+def test_resnet_is_a_stem_two_basic_blocks_pooling_and_a_classifier():
+    assert "resnet" in MODELS
+    kiln.nn.init.manual_seed(0)
+    model = build_model("resnet", IMAGE, 10)
+    layers = model.modules
+    assert [type(m) for m in layers] == [M.Conv, M.BatchNorm2d, M.ReLU, BasicBlock, BasicBlock, M.GlobalAvgPool2d,
+                                         M.Linear]
+    assert isinstance(layers[3].shortcut, M.Identity)  # same width: the identity
+    assert [type(m) for m in layers[4].shortcut.modules] == [M.Conv, M.BatchNorm2d]  # 16 -> 32, stride 2
+    assert layers[4].shortcut.modules[0].stride == (2, 2) and layers[6].in_features == 32
+    x = np.random.default_rng(0).random((BATCH,) + IMAGE, dtype=np.float32)
+    assert model(kiln.Tensor(x)).shape == (BATCH, 10)
+    assert model.eval()(kiln.Tensor(x)).shape == (BATCH, 10)
+
+
+def test_the_zoo_refuses_unknown_names_and_flat_inputs_for_image_models():
+    with pytest.raises(AttrError, match="resnet") as info:
+        build_model("vgg", IMAGE, 10)
+    assert info.value.arg == "model"
+    with pytest.raises(AttrError, match=r"\(channels, height, width\)") as info:
+        build_model("resnet", (64,), 10)
+    assert info.value.arg == "in_shape"
+
+
+def test_exported_resnet_folds_its_batchnorms_fuses_its_adds_and_matches_its_eval_forward(tmp_path):
+    from kiln.graph.export import export, optimize
+    from kiln.graph.trace import trace
+
+    model = resnet_with_statistics()
+    graph = optimize(trace(model, np.zeros((1,) + IMAGE, "float32")))
+    # 6 convs (stem, 2 per block, the projection), pooling, the classifier: no elementwise kernel left
+    assert [n.op.name for n in graph.nodes] == ["conv2d"] * 6 + ["global_avg_pool2d", "reshape", "dense"]
+    epilogues = [(op.name, others) for n in graph.nodes for op, _, others in n.epilogue]
+    assert {name for name, _ in epilogues} == {"add", "relu"}  # BatchNorm's subtract and multiply: folded
+    residual_adds = [name for name, others in epilogues if any(not v.is_const for v in others)]
+    assert residual_adds == ["add", "add"]  # one per block, in a conv's write-back
+    predictor = kiln.runtime.Predictor(export(model, np.zeros((1,) + IMAGE, "float32"), tmp_path / "resnet.so"))
+    rng = np.random.default_rng(1)
+    for batch in (1, BATCH, 64):
+        x = rng.random((batch,) + IMAGE, dtype=np.float32)
+        # measured: |difference| <= 1.1e-6 for logits up to 5.6 (folding changes the rounding)
+        np.testing.assert_allclose(predictor(x), model(kiln.Tensor(x)).numpy(), rtol=1e-5, atol=1e-5)
+
+
+def test_torch_twin_computes_what_the_resnet_computes():
+    torch = pytest.importorskip("torch", reason="the twins are PyTorch models")
+    from kiln.bench.twins import torch_twin
+
+    model = resnet_with_statistics()
+    x = np.random.default_rng(0).random((BATCH,) + IMAGE, dtype=np.float32)
+    with torch.inference_mode():
+        expected = torch_twin(model).eval()(torch.from_numpy(x)).numpy()
+    np.testing.assert_allclose(model(kiln.Tensor(x)).numpy(), expected, rtol=1e-4, atol=1e-5)
+
+
+def test_resnet_training_steps_lower_the_loss():
+    kiln.nn.init.manual_seed(0)
+    model = build_model("resnet", IMAGE, 10)
+    data = kiln.data.digits("train", flatten=False)
+    x, y = data.arrays[0][:BATCH], data.arrays[1][:BATCH]
+    optimizer = kiln.optim.SGD(model.parameters(), lr=0.1)  # Adam would compile 6 times the update kernels
+    loss_fn = M.SoftmaxLoss()
+    losses = []
+    for _ in range(5):  # one batch, again and again: the loss must fall
+        optimizer.zero_grad()
+        loss = loss_fn(model(kiln.Tensor(x)), kiln.Tensor(y))
+        loss.backward()
+        optimizer.step()
+        losses.append(loss.item())
+    assert all(b < a for a, b in zip(losses, losses[1:])) and losses[-1] < 0.6 * losses[0], losses
+    assert all(p.grad is not None for p in model.parameters())
