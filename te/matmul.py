@@ -5,6 +5,12 @@ Shapes: ``matmul`` takes (..., M, K) @ (..., K, N) -> (..., M, N) with the
 batch dims broadcast; a 1-D left operand is a row (its M dim is dropped from
 the result), a 1-D right operand a column (its N dim is dropped), as numpy
 does. ``dense`` takes x (M, K), w (K, N), b (N,) -> (M, N).
+
+Inference with a constant weight: ``pack_dense_weight`` copies w (K, N) once
+into the panels ``(ceil(N / bn), K, bn)`` the CPU template reads (zeros past
+column N), and ``dense_packed`` takes x (M, K), those panels and b (N,) ->
+(M, N), with no pack stage in its kernel. ``bn`` is the template's panel
+width, ``kiln.schedules.cpu.matmul.panel_width``.
 """
 from __future__ import annotations
 
@@ -197,3 +203,91 @@ class Dense(Op):
         gx = matmul(g, w, transpose_b=True)
         gw = matmul(x, g, transpose_a=True)
         return as_dtype(gx, x.dtype), as_dtype(gw, w.dtype), as_dtype(g.sum(axis=0), b.dtype)
+
+
+def _panels(n, bn: int):
+    """Panels of ``bn`` columns that hold ``n`` columns (the last one zero-padded)."""
+    value = static(n)
+    return -(-value // bn) if isinstance(value, int) else (n + bn - 1) // bn
+
+
+@register
+class PackDenseWeight(Op):
+    """A dense weight w (K, N) as panels (ceil(N / bn), K, bn): panel p holds
+    columns ``p * bn ...``, each row of a panel contiguous, so a micro-kernel
+    reads a ``bn``-wide register tile with one stream. Columns past N are 0."""
+
+    name = "pack_dense_weight"
+    differentiable = False
+    dtypes = FLOATS
+    attrs = {"bn": A.Attr(A.positive_int, doc="panel width (columns per panel)")}
+
+    def infer_shape(self, w, bn):
+        if len(w) != 2:
+            raise ShapeError(f"got w {shape_str(w)}, expected (K, N)", op=self.name, arg="shapes")
+        return (_panels(w[1], bn), w[0], bn)
+
+    def compute(self, w, bn):
+        n = w.shape[1]
+        zero = tirx.const(0, w.dtype)
+        return te.compute(self.infer_shape(tuple(w.shape), bn),
+                          lambda p, k, j: tirx.if_then_else(p * bn + j < n, w[k, tirx.min(p * bn + j, n - 1)], zero),
+                          name=self.name, tag="injective")
+
+    def reference(self, w, bn):
+        k, n = w.shape
+        panels = _panels(n, bn)
+        padded = np.zeros((k, panels * bn), w.dtype)
+        padded[:, :n] = w
+        return np.ascontiguousarray(padded.reshape(k, panels, bn).transpose(1, 0, 2))
+
+
+@register
+class DensePacked(Op):
+    """``relu?(x @ w + b)`` with w given as ``pack_dense_weight``'s panels
+    (P, K, bn); N is the bias's length, so panels padded past N are ignored."""
+
+    name = "dense_packed"
+    differentiable = False
+    arity = 3
+    family = "matmul"
+    dtypes = FLOATS
+    attrs = {"relu": A.Attr(A.boolean, default=False, doc="apply relu after the bias")}
+
+    def infer_shape(self, x, w, b, relu):
+        if len(x) != 2 or len(w) != 3 or len(b) != 1:
+            raise ShapeError(f"got x {shape_str(x)}, w {shape_str(w)}, b {shape_str(b)}, expected (M, K), "
+                             "(P, K, bn), (N,)", op=self.name, arg="shapes")
+        bn = static(w[2])
+        if not same_dim(x[1], w[1]) or not isinstance(bn, int) or not same_dim(w[0], _panels(b[0], bn)):
+            raise ShapeError(f"got x {shape_str(x)}, w {shape_str(w)}, b {shape_str(b)}: K disagrees, or the "
+                             f"panels do not hold N = {static(b[0])} columns (expected ceil(N / bn) panels of a "
+                             "constant width bn)", op=self.name, arg="shapes")
+        return (x[0], b[0])
+
+    def infer_dtype(self, x, w, b, relu):
+        return promote(self.name, x, w, b)
+
+    def compute(self, x, w, b, relu):
+        dt = promote(self.name, dtype_of(x), dtype_of(w), dtype_of(b))
+        (m, k), (panels, _, bn) = x.shape, w.shape
+        rk = te.reduce_axis((0, k), "k")
+        # (M, panel, lane): the template's loops over the panels, with no layout to undo
+        acc = te.compute((m, panels, bn), lambda i, p, j: te.sum(x[i, rk].astype(dt) * w[p, rk, j].astype(dt), axis=rk),
+                         name="dense_packed_matmul", tag="matmul")
+
+        def epilogue(i, j):
+            v = acc[i, j // bn, j % bn] + b[j].astype(dt)
+            return nanmath.relu(v) if relu else v
+
+        return te.compute((m, b.shape[0]), epilogue, name=self.name, tag="matmul")
+
+    def reference(self, x, w, b, relu):
+        panels, k, bn = w.shape
+        out = x @ w.transpose(1, 0, 2).reshape(k, panels * bn)[:, :b.shape[0]] + b
+        return np.maximum(out, 0).astype(out.dtype) if relu else out
+
+    def flops(self, shapes, **attrs):
+        (m, k), _, (n,) = shapes
+        total = 2 * static(m) * static(k) * static(n)
+        return float(total) if isinstance(total, int) else 0.0

@@ -1,4 +1,6 @@
-"""CPU template for matmul, batched matmul and dense (with its bias/relu epilogue).
+"""CPU template for matmul, batched matmul, dense (with its bias/relu epilogue)
+and dense_packed (dense whose weight is already in panels: no pack_b, and the
+panel width is the weight's, not a knob; see ``panel_width``).
 
 The GotoBLAS/BLIS recipe, one knob per decision. Loops, outermost first::
 
@@ -33,6 +35,16 @@ The GotoBLAS/BLIS recipe, one knob per decision. Loops, outermost first::
               right before its micro-kernels run, so they read A contiguously.
 ``pack_b``    1 to copy B to panels ``[N / tile_n, K, tile_n]`` (per k block).
 ``parallel``  1 to run the tasks on the thread pool.
+``few_rows``  1 for a GEMV-shaped schedule for a few rows (a batch of 1-8):
+              ``tile_m`` the rows themselves (no padding to a tall tile; 1
+              for a symbolic M), no packs (one pass over the weight is all the
+              reuse there is), a k step that divides K (no padded copy of the
+              weight), the columns split among the threads, and ``parallel``
+              only from ``PARALLEL_WORK`` multiply-adds (a symbolic M counts
+              as one row). Default: 1 for a concrete M <= ``FEW_ROWS``, else
+              0. A symbolic-batch kernel meant for small batches is built with
+              ``config={"few_rows": 1}``; the default ``{}`` keeps the tall
+              tile, the right choice for large batches.
 
 Static shapes the tiles do not divide are padded (``pad_einsum``) instead of
 predicated, so odd sizes keep the fast micro-kernel; the padding goes into
@@ -45,10 +57,32 @@ from ..dispatch import register_template
 from ..generic import schedule_injective
 from ..util import blocks, const_int, extent, fold_consumers, is_reduction, try_inline
 
-TILE_M = (1, 2, 3, 4, 6, 8, 12, 16)
+TILE_M = (1, 2, 3, 4, 5, 6, 7, 8, 12, 16)
+FEW_ROWS = 8             # up to this many rows the default is the GEMV-shaped schedule (``few_rows``)
+# multiply-adds from which two threads beat one for few rows: measured on 2 cores (znver5),
+# 1x256->256 1.96 us serial / 1.71 parallel, 1x64->128 0.21 / 0.88, 1x784->512 14.6 / 6.9
+PARALLEL_WORK = 1 << 16
 FULL_K_MAX = 1024        # up to this K the whole reduction runs in registers by default
 K_BLOCK = 512            # the default k block beyond it
 A_BLOCK_BYTES = 192 << 10  # A's packed block: well inside a 512 KB L2 next to the B panel
+
+
+def panel_width(n: int | None, dtype: str, target) -> int:
+    """The B panel width (``tile_n``) the template chooses by default for ``n``
+    columns of ``dtype`` on ``target``: two vectors, one when ``n`` fits in one.
+
+    An exporter packs a constant dense weight with ``pack_dense_weight`` at
+    ``bn = panel_width(N, dtype, target)`` so that ``dense_packed`` reads the
+    same register tile the template would have packed for ``dense``.
+    """
+    lanes = target.lanes(dtype)
+    return lanes * (2 if n is None or n > lanes else 1)
+
+
+def _default_unroll(k: int | None, exact: bool) -> int:
+    if exact and k is not None:  # a k step that divides K: padding K would copy the weight on every call
+        return max(u for u in (1, 2, 4) if k % u == 0)
+    return 4 if k is None or k >= 4 else 1
 
 
 def _round_up(x: int, f: int) -> int:
@@ -65,32 +99,41 @@ def _divisors(n: int | None) -> tuple:
     return tuple(d for d in range(1, n + 1) if n % d == 0) if n else (1,)
 
 
-@register_template("cpu", ops=("matmul", "dense"))
+@register_template("cpu", ops=("matmul", "dense", "dense_packed"))
 def schedule_matmul(sch, block, cfg: Config) -> None:
     red = next(b for b in blocks(sch) if is_reduction(sch, b))
     loops = sch.get_loops(red)
-    nbatch = len(loops) - 3
-    m_ext, n_ext, k_ext = (const_int(extent(sch, lp)) for lp in loops[-3:])
-    batch_ext = [const_int(extent(sch, lp)) for lp in loops[:-3]]
+    prepacked = cfg.workload.op.name == "dense_packed"  # loops (m, panel, lane, k): B is already in panels
+    nbatch = len(loops) - 3 - prepacked
+    m_ext, k_ext = (const_int(extent(sch, lp)) for lp in (loops[nbatch], loops[-1]))
+    batch_ext = [const_int(extent(sch, lp)) for lp in loops[:nbatch]]
     dtype = str(sch.get(red).writes[0].source.dtype)
     lanes = cfg.target.lanes(dtype)
     elem = max(1, int("".join(c for c in dtype if c.isdigit()) or 32) // 8)
     a_matrix, b_matrix = (len(sch.get(red).reads[i].source.shape) >= 2 for i in (0, 1))
 
-    tile_n = cfg.define_knob("tile_n", tuple(lanes * v for v in (1, 2, 3, 4)),
-                             default=lanes * (2 if n_ext is None or n_ext > lanes else 1))
+    if prepacked:  # the panel width is the weight's layout, not a choice
+        panels, tile_n = (const_int(extent(sch, lp)) for lp in loops[-3:-1])
+        n_ext = panels * tile_n if panels else None
+    else:
+        n_ext = const_int(extent(sch, loops[-2]))
+        tile_n = cfg.define_knob("tile_n", tuple(lanes * v for v in (1, 2, 3, 4)),
+                                 default=panel_width(n_ext, dtype, cfg.target))
+    few = cfg.define_knob("few_rows", (0, 1), default=int(m_ext is not None and m_ext <= FEW_ROWS))
     vectors = -(-tile_n // lanes)
     fits = [t for t in TILE_M if t * vectors + vectors + 1 <= cfg.target.vector_registers]
-    tile_m = cfg.define_knob("tile_m", TILE_M, default=max(t for t in fits if m_ext is None or t <= max(m_ext, 1)))
-    unroll_k = cfg.define_knob("unroll_k", (1, 2, 4, 8), default=4 if k_ext is None or k_ext >= 4 else 1)
-    pack_a = cfg.define_knob("pack_a", (0, 1), default=int(a_matrix)) and a_matrix
-    pack_b = cfg.define_knob("pack_b", (0, 1), default=int(b_matrix)) and b_matrix
-    par = cfg.define_knob("parallel", (0, 1), default=1)
+    tall = max(t for t in fits if m_ext is None or t <= max(m_ext, 1))
+    tile_m = cfg.define_knob("tile_m", TILE_M, default=1 if few and m_ext is None else tall)
+    unroll_k = cfg.define_knob("unroll_k", (1, 2, 4, 8), default=_default_unroll(k_ext, prepacked or few))
+    pack_a = cfg.define_knob("pack_a", (0, 1), default=int(a_matrix and not few)) and a_matrix
+    pack_b = 0 if prepacked else cfg.define_knob("pack_b", (0, 1), default=int(b_matrix and not few)) and b_matrix
+    # few rows: a symbolic M counts as one row (the work the smallest call does)
+    par = cfg.define_knob("parallel", (0, 1), default=int(not few or _count((m_ext, n_ext, k_ext)) >= PARALLEL_WORK))
 
     pads = [tile_m, tile_n, unroll_k]
-    if any(e is None or e % p for e, p in zip((m_ext, n_ext, k_ext), pads)):
+    if any(p > 1 and (e is None or e % p) for e, p in zip((m_ext, n_ext, k_ext), pads)):
         # a symbolic dim is padded too: its last tile then never needs a bounds check but the write-back's
-        sch.pad_einsum(red, [1] * nbatch + pads)
+        sch.pad_einsum(red, [1] * nbatch + ([tile_m, 1, 1, unroll_k] if prepacked else pads))
     k_pad = _round_up(k_ext, unroll_k) if k_ext else None
     k_opts = tuple(_k_blocks(k_pad, unroll_k)) if k_pad else (unroll_k,)
     tile_k = cfg.define_knob("tile_k", k_opts, default=_default_k_block(k_pad, k_opts))
@@ -102,6 +145,7 @@ def schedule_matmul(sch, block, cfg: Config) -> None:
     block_m = cfg.define_knob("block_m", _divisors(m_tiles),
                               default=_default_block_m(m_tiles, tile_m * k_step * elem, batch_ext, cfg.target.cores))
     row_tasks = _count(batch_ext) * -(-m_tiles // block_m) if m_tiles and None not in batch_ext else None
+    row_tasks = row_tasks or (1 if few else None)  # few rows: the columns give the threads their work
     block_n = cfg.define_knob("block_n", _divisors(n_panels),
                               default=_default_block_n(n_panels, row_tasks, cfg.target.cores))
 
@@ -109,9 +153,12 @@ def schedule_matmul(sch, block, cfg: Config) -> None:
              _pack(sch, red, 1, tile_n, cfg, transposed="transpose_b") if pack_b else None]
 
     loops = sch.get_loops(red)
-    batch, (m, n, k) = loops[:-3], loops[-3:]
+    if prepacked:
+        batch, (m, no, ni, k) = [], loops
+    else:
+        batch, (m, n, k) = loops[:-3], loops[-3:]
+        no, ni = sch.split(n, [None, tile_n])
     mo, mi = sch.split(m, [None, tile_m])
-    no, ni = sch.split(n, [None, tile_n])
     mb, mo = sch.split(mo, [None, block_m])
     nb, no = sch.split(no, [None, block_n])
     ko, ki = sch.split(k, [None, tile_k]) if blocked else (None, k)

@@ -16,3 +16,10 @@ CASES += [
     Case("matmul", [(130, 67), (33, 130)], attrs={"transpose_a": True, "transpose_b": True}, grad=False),
     Case("matmul", [(64, 100), (10, 100)], attrs={"transpose_b": True}, grad=False),
 ]
+CASES += [  # inference with a pre-packed weight: panels of bn columns, the last one padded past N
+    Case("pack_dense_weight", [(5, 20)], attrs={"bn": 16}),
+    Case("pack_dense_weight", [(3, 32)], "float64", attrs={"bn": 8}),
+    Case("dense_packed", [(4, 5), (2, 5, 16), (20,)]), Case("dense_packed", [(1, 6), (1, 6, 8), (8,)], "float64"),
+    Case("dense_packed", [(33, 70), (1, 70, 32), (20,)], attrs={"relu": True}),
+    Case("dense_packed", [(7, 64), (4, 64, 32), (128,)], attrs={"relu": True}),
+]

@@ -1,0 +1,102 @@
+"""Dense inference kernels: a constant weight packed once (``pack_dense_weight``)
+and read by ``dense_packed`` with no pack stage, and the few-rows (GEMV-shaped)
+schedule the CPU template chooses for small batches or is told to use for a
+symbolic one."""
+import numpy as np
+import pytest
+import tvm
+
+import kiln
+from kiln.errors import AttrError, ShapeError
+from kiln.schedules.cpu.matmul import panel_width
+from kiln.schedules.util import blocks
+from kiln.te import sym
+
+CPU = kiln.cpu()
+
+
+def _weights(k, n, seed=0):
+    rng = np.random.default_rng(seed)
+    return rng.standard_normal((k, n)).astype("float32"), rng.standard_normal(n).astype("float32")
+
+
+def _packed(w):
+    bn = panel_width(w.shape[1], "float32", CPU)
+    return kiln.build("pack_dense_weight", [w.shape], attrs={"bn": bn})(w)
+
+
+def _sblocks(kernel):
+    """(name, names of the buffers it reads, names of the buffers it writes) of every block."""
+    sch = tvm.s_tir.Schedule(kernel.ir())
+    found = [sch.get(b) for b in blocks(sch)]
+    return [(b.name_hint, {str(r.source.name) for r in b.reads}, {str(w.source.name) for w in b.writes}) for b in found]
+
+
+def test_packing_puts_each_panel_of_columns_contiguously_with_zeros_past_n():
+    w, _ = _weights(5, 20)
+    packed = kiln.build("pack_dense_weight", [w.shape], attrs={"bn": 16})(w)
+    assert packed.shape == (2, 5, 16)
+    np.testing.assert_array_equal(packed[0], w[:, :16])
+    np.testing.assert_array_equal(packed[1, :, :4], w[:, 16:])
+    assert not packed[1, :, 4:].any()
+
+
+@pytest.mark.parametrize("config", [{}, {"few_rows": 1}], ids=["many-rows", "few-rows"])
+@pytest.mark.parametrize("k, n", [(784, 512), (64, 10)])
+def test_a_symbolic_batch_kernel_matches_numpy_at_1_7_and_64_rows(config, k, n):
+    w, b = _weights(k, n)
+    packed = _packed(w)
+    kernel = kiln.build("dense_packed", [(sym("n"), k), packed.shape, (n,)], attrs={"relu": True}, config=config)
+    for m in (1, 7, 64):
+        x = np.random.default_rng(m).standard_normal((m, k)).astype("float32")
+        np.testing.assert_allclose(kernel(x, packed, b), np.maximum(x @ w + b, 0), rtol=1e-4, atol=1e-4)
+
+
+@pytest.mark.parametrize("m", [sym("n"), 1, 64])
+@pytest.mark.parametrize("config", [{}, {"few_rows": 1}], ids=["many-rows", "few-rows"])
+def test_dense_packed_has_no_pack_stage(m, config):
+    w, _ = _weights(784, 512)
+    kernel = kiln.build("dense_packed", [(m, 784), _packed(w).shape, (512,)], config=config)
+    weight = kernel.ir()["main"].params[1].name
+    readers = [name for name, reads, _ in _sblocks(kernel) if any(r.startswith(weight) for r in reads)]
+    assert readers == ["dense_packed_matmul_update"], readers  # only the micro-kernel reads the weight
+    # what dense with the same shapes does: the weight is copied into panels on every call
+    dense = kiln.build("dense", [(m, 784), (784, 512), (512,)], config={"pack_b": 1})
+    assert any(name.endswith("_global") for name, _, _ in _sblocks(dense))
+
+
+def test_few_rows_is_the_default_for_small_concrete_batches_only():
+    for m, few in ((1, 1), (7, 1), (8, 1), (9, 0), (64, 0), (sym("n"), 0)):
+        config = kiln.build("dense", [(m, 784), (784, 512), (512,)]).resolved_config()
+        assert config["few_rows"] == few, m
+        assert config["pack_b"] == 1 - few and config["pack_a"] == 1 - few, m
+    assert kiln.build("dense", [(7, 64), (64, 128), (128,)]).resolved_config()["tile_m"] == 7  # no padded rows
+
+
+def test_a_symbolic_few_rows_kernel_takes_one_row_tiles_without_padding():
+    w, _ = _weights(64, 128)
+    kernel = kiln.build("dense_packed", [(sym("n"), 64), _packed(w).shape, (128,)], config={"few_rows": 1})
+    assert kernel.resolved_config()["tile_m"] == 1
+    assert not [name for name, _, _ in _sblocks(kernel) if name.endswith("_pad")]
+
+
+def test_few_rows_run_serially_below_the_measured_work_and_in_parallel_above():
+    small = kiln.build("dense", [(1, 64), (64, 128), (128,)])
+    large = kiln.build("dense", [(1, 784), (784, 512), (512,)])
+    assert small.resolved_config()["parallel"] == 0 and "T.parallel" not in small.script()
+    assert large.resolved_config()["parallel"] == 1 and "T.parallel" in large.script()
+
+
+def test_panel_width_is_the_tile_the_template_packs_for_dense():
+    for n in (10, 128, 512):
+        config = kiln.build("dense", [(64, 32), (32, n), (n,)]).resolved_config()
+        assert config["tile_n"] == panel_width(n, "float32", CPU)
+
+
+def test_panels_that_do_not_hold_n_columns_are_a_shape_error():
+    with pytest.raises(ShapeError, match="dense_packed"):
+        kiln.build("dense_packed", [(1, 8), (2, 8, 16), (40,)])
+    with pytest.raises(ShapeError, match="dense_packed"):
+        kiln.build("dense_packed", [(1, 8), (1, 9, 16), (10,)])
+    with pytest.raises(AttrError, match="bn"):
+        kiln.build("pack_dense_weight", [(8, 10)], attrs={"bn": 0})
