@@ -3,7 +3,8 @@
 ``export(model, example, path)`` traces the model's eval-mode forward into a
 ``Graph`` (``graph.trace``), optimizes it — affine chains such as eval
 BatchNorm folded into the conv/dense weights (``graph.fold``), elementwise
-consumers fused into their producers (``graph.fuse``) — and lowers it to a
+consumers fused into their producers (``graph.fuse``), constant weights
+packed into their kernel's layout (``graph.prepack``) — and lowers it to a
 Relax module of kiln-scheduled kernels (``graph.lower``), compiled with
 ``tvm.compile`` and written as one shared library with ``export_library``.
 
@@ -27,19 +28,22 @@ from ..runtime.device import as_target
 from ..version import __version__
 from .fold import fold_affine
 from .fuse import fuse_epilogues
+from .prepack import prepack_weights
 from .lower import build_module
 from .trace import trace
 
 FORMAT = "kiln-model-1"
-PASSES = (fold_affine, fuse_epilogues)
-#: batches up to this size run ``main_small``, whose kernels run on one thread
+#: batches up to this size run ``main_small``, scheduled for few rows
 SMALL_BATCH = 8
 
 
-def optimize(graph):
-    """Run the export passes over ``graph`` in order (in place); return it."""
-    for run in PASSES:
-        run(graph)
+def optimize(graph, target=None):
+    """Run the export passes over ``graph`` in order, in place, and return it:
+    fold affine chains into weights, fuse elementwise epilogues, pre-pack
+    constant weights for ``target`` (default the CPU)."""
+    fold_affine(graph)
+    fuse_epilogues(graph)
+    prepack_weights(graph, as_target(target))
     return graph
 
 
@@ -77,7 +81,7 @@ def export(model, example, path, dynamic_batch: bool = True, target=None) -> Pat
     meta = {"format": FORMAT, "input_shape": [None if dynamic_batch and i == 0 else int(d)
                                               for i, d in enumerate(example.shape)],
             "input_dtype": str(example.dtype), "kiln": __version__, "tvm": tvm.__version__}
-    mod = build_module(optimize(graph), meta, target, SMALL_BATCH if dynamic_batch else None)
+    mod = build_module(optimize(graph, target), meta, target, SMALL_BATCH if dynamic_batch else None)
     with target.tvm:
         pipeline = tvm.transform.Sequential(
             cpu_pipeline.dataflow_lower_passes(target.tvm)

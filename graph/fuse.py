@@ -16,6 +16,7 @@ from .ir import Graph, Node
 
 COMMUTATIVE = ("add", "multiply", "maximum", "equal")
 NOT_FUSED = ("reshape",)  # views in the lowered module
+DENSE = ("dense", "dense_packed")  # a relu after them is their own ``relu`` attribute
 
 
 def _absorbable(graph: Graph, node: Node) -> Node | None:
@@ -44,7 +45,7 @@ def fuse_epilogues(graph: Graph) -> int:
             user = _absorbable(graph, node)
             if user is None:
                 break
-            if node.op.name == "dense" and user.op.name == "relu" and not node.attrs["relu"] and not node.epilogue:
+            if node.op.name in DENSE and user.op.name == "relu" and not node.attrs["relu"] and not node.epilogue:
                 node.attrs = {**node.attrs, "relu": True}
             else:
                 node.epilogue.append((user.op, dict(user.attrs), list(user.inputs[1:])))

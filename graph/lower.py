@@ -70,8 +70,9 @@ def to_relax(graph: Graph, name: str = "main", suffix: str = "") -> tuple[tvm.IR
 
 def build_module(graph: Graph, meta: dict, target, small_batch: int | None = None) -> tvm.IRModule:
     """The scheduled module: ``main`` for every batch size and, with
-    ``small_batch``, ``main_small`` for batches up to it, whose kernels run on
-    one thread (for few rows a parallel launch costs more than it saves), and
+    ``small_batch``, ``main_small`` for batches up to it, whose kernels are
+    scheduled for few rows (``_few_rows_config``: for few rows a tall register
+    tile pads and a parallel launch costs more than it saves), and
     ``kiln_metadata`` returning ``meta`` as UTF-8 JSON bytes (with the entries
     listed, the Predictor picks one by batch size)."""
     mod, kernels = to_relax(graph)
@@ -79,7 +80,7 @@ def build_module(graph: Graph, meta: dict, target, small_batch: int | None = Non
     entries = [{"name": "main"}]
     if small_batch:
         small, small_kernels = to_relax(graph, "main_small", "_small")
-        small = schedule_kernels(small, small_kernels, target, serial=True)
+        small = schedule_kernels(small, small_kernels, target, few_rows=True)
         for gv, func in small.functions_items():
             mod[gv] = func
         entries.insert(0, {"name": "main_small", "max_batch": small_batch})
@@ -92,9 +93,18 @@ def build_module(graph: Graph, meta: dict, target, small_batch: int | None = Non
     return mod
 
 
-def schedule_kernels(mod: tvm.IRModule, kernels: dict, target, serial: bool = False) -> tvm.IRModule:
-    """Schedule every kernel PrimFunc of ``mod`` with kiln's templates (with
-    every ``parallel`` knob off when ``serial``)."""
+def _few_rows_config(space: dict) -> dict:
+    """The knob values for a kernel that serves few rows: the template's own
+    ``few_rows`` schedule where it has one (it decides its threads from the
+    work), else every ``parallel`` knob off (one thread)."""
+    if "few_rows" in space:
+        return {"few_rows": 1}
+    return {k: 0 for k in space if k == "parallel" or k.endswith("_parallel")}
+
+
+def schedule_kernels(mod: tvm.IRModule, kernels: dict, target, few_rows: bool = False) -> tvm.IRModule:
+    """Schedule every kernel PrimFunc of ``mod`` with kiln's templates (for
+    few rows with ``few_rows``)."""
     for gv, func in list(mod.functions_items()):
         node = kernels.get(gv.name_hint)
         if not isinstance(func, tirx.PrimFunc) or node is None:
@@ -103,9 +113,8 @@ def schedule_kernels(mod: tvm.IRModule, kernels: dict, target, serial: bool = Fa
         blocks = _block_names(func)
         head = blocks.index(node.op.name) if node.op.name in blocks else len(blocks) - 1 - len(node.epilogue)
         lowered = schedule(workload, func, blocks[head], target)
-        if serial:
-            knobs = {k: 0 for k in lowered.cfg.space if k == "parallel" or k.endswith("_parallel")}
-            lowered = schedule(workload, func, blocks[head], target, knobs) if knobs else lowered
+        if few_rows and _few_rows_config(lowered.cfg.space):
+            lowered = schedule(workload, func, blocks[head], target, _few_rows_config(lowered.cfg.space))
         for name in blocks[head + 1:]:
             _inline_epilogue(lowered, name, node)
         mod[gv] = lowered.sch.mod["main"].with_attr("global_symbol", gv.name_hint)

@@ -9,6 +9,7 @@ from kiln import nn
 from kiln.graph import optimize, trace
 from kiln.graph.fold import fold_affine
 from kiln.graph.fuse import fuse_epilogues
+from kiln.graph.prepack import prepack_weights
 from kiln.runtime import Predictor
 
 BATCHES = (1, 7, 64)
@@ -73,6 +74,8 @@ def test_batchnorm_folds_into_the_conv_and_the_rest_fuses(images, tmp_path):
     assert _ops(graph) == ["conv2d", "add", "relu", "global_avg_pool2d", "reshape", "dense"]
     assert fuse_epilogues(graph) == 2
     assert _ops(graph) == ["conv2d_add_relu", "global_avg_pool2d", "reshape", "dense"]
+    prepack_weights(graph, kiln.cpu())
+    assert _ops(graph) == ["conv2d_add_relu", "global_avg_pool2d", "reshape", "dense_packed"]
     _exported_matches(model, images, tmp_path)
 
 
@@ -81,7 +84,7 @@ def test_dense_takes_its_relu_and_a_following_affine_folds(tmp_path):
     x = np.random.default_rng(1).standard_normal((64, 16)).astype("float32")
     model = _stats(nn.Sequential(nn.Linear(16, 32), nn.BatchNorm1d(32), nn.ReLU(), nn.Linear(32, 4)), x)
     graph = optimize(trace(model, x[:1]))
-    assert _ops(graph) == ["dense", "dense"] and graph.nodes[0].attrs["relu"]
+    assert _ops(graph) == ["dense_packed", "dense_packed"] and graph.nodes[0].attrs["relu"]
     _exported_matches(model, x, tmp_path)
 
 
@@ -137,3 +140,29 @@ def test_an_op_with_no_export_rule_is_an_export_error_naming_it(tmp_path):
     with pytest.raises(kiln.errors.ExportError, match="op 'masked_select'"):
         kiln.export(lambda x: model(x).masked_select(x > 0), np.zeros((1, 4), "float32"), tmp_path / "m.so")
     assert not (tmp_path / "m.so").exists()
+
+
+@pytest.mark.parametrize("few_rows", [False, True], ids=["main", "main_small"])
+def test_exported_dense_kernels_have_no_pack_stage(few_rows):
+    """A constant weight is packed at export: the kernel's only block reading
+    the (3-D, panelled) weight is its multiply-accumulate; nothing copies it."""
+    import tvm
+
+    from kiln.graph.lower import schedule_kernels, to_relax
+    from kiln.schedules.util import blocks
+
+    nn.init.manual_seed(6)
+    model = nn.Sequential(nn.Linear(16, 40), nn.ReLU(), nn.Linear(40, 4)).eval()
+    graph = optimize(trace(model, np.zeros((1, 16), "float32")), kiln.cpu())
+    mod, kernels = to_relax(graph)
+    mod = schedule_kernels(mod, kernels, kiln.cpu(), few_rows=few_rows)
+    assert len(kernels) == 2
+    for name in kernels:
+        sch = tvm.s_tir.Schedule(mod[name])
+        found = [sch.get(b) for b in blocks(sch)]
+        written = {str(w.source.name) for b in found for w in b.writes}
+        weights = {str(r.source.name) for b in found for r in b.reads
+                   if len(r.source.shape) == 3 and str(r.source.name) not in written}  # inputs only
+        assert len(weights) == 1, (name, weights)
+        readers = [b.name_hint for b in found for r in b.reads if str(r.source.name) in weights]
+        assert len(readers) == 1 and readers[0].endswith("_update"), (name, readers)

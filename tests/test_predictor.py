@@ -148,7 +148,7 @@ def test_profile_names_the_kernels_and_adds_up(exported):
     assert sum(row["share"] for row in profile.rows) == pytest.approx(1.0, rel=1e-6)
     table = str(profile)
     assert table.splitlines()[0].split() == ["kernel", "shapes", "ms", "share"]
-    assert "8x16, 16x32, 32, 8x32" in table and "total (batch 8)" in table
+    assert "8x16, " in table and ", 8x32" in table and "total (batch 8)" in table  # x first, the output last
     with pytest.raises(AttrError, match="repeat"):
         predictor.profile(batch(8), repeat=0)
     with pytest.raises(ShapeError):
