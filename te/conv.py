@@ -9,6 +9,13 @@ with ``OH = (H + 2 * pad_h - dil_h * (KH - 1) - 1) // stride_h + 1`` (and the
 same for W). Padding is symmetric and zero. There is no bias: the ``nn`` layer
 adds it. The padded input is an intermediate injective block (``conv2d_pad``),
 which the schedules inline into the reduction.
+
+Inference with a constant weight (NCHW): ``pack_conv2d_weight`` copies w
+(O, I, KH, KW) once into channel blocks ``(ceil(O / oc), I, KH, KW, oc)``, the
+layout the CPU template reads (zeros past channel O), and ``conv2d_packed``
+takes x (N, I, H, W) and those blocks -> (N, O, OH, OW) with ``O`` the attr
+``out_channels``; its kernel has no pack stage. ``oc`` is the template's
+channel tile, ``kiln.schedules.cpu.conv2d.packed_channels``.
 """
 from __future__ import annotations
 
@@ -26,6 +33,9 @@ from .shapes import FLOATS, dtype_of, is_static, promote, same_dim, shape_str, s
 conv2d, dilate = op_ref("conv2d"), op_ref("dilate")
 
 LAYOUT = A.Attr(A.one_of("NCHW", "NHWC"), default="NCHW", doc="NCHW (weights OIHW) or NHWC (weights HWIO)")
+STRIDE = A.Attr(A.int_tuple(2, minimum=1), default=(1, 1), doc="step of the window (int or pair)")
+PADDING = A.Attr(A.int_tuple(2, minimum=0), default=(0, 0), doc="zeros added on both sides of H, W")
+DILATION = A.Attr(A.int_tuple(2, minimum=1), default=(1, 1), doc="spacing of the kernel taps")
 
 
 def spatial_axes(layout: str) -> tuple[int, int]:
@@ -108,24 +118,13 @@ class Conv2d(Op):
     dtypes = FLOATS
     attrs = {
         "layout": LAYOUT,
-        "stride": A.Attr(A.int_tuple(2, minimum=1), default=(1, 1), doc="step of the window (int or pair)"),
-        "padding": A.Attr(A.int_tuple(2, minimum=0), default=(0, 0), doc="zeros added on both sides of H, W"),
-        "dilation": A.Attr(A.int_tuple(2, minimum=1), default=(1, 1), doc="spacing of the kernel taps"),
+        "stride": STRIDE, "padding": PADDING, "dilation": DILATION,
     }
 
     def infer_shape(self, x, w, layout, stride, padding, dilation):
         check_rank4(self.name, x, "x", layout)
         check_rank4(self.name, w, "w", "OIHW" if layout == "NCHW" else "HWIO")
-        n, c, h, wd = split_nchw(x, layout)
-        o, i, kh, kw = _kernel_dims(w, layout)
-        if not (is_static(kh) and is_static(kw)):
-            raise ShapeError(f"got w {shape_str(w)}, expected a static kernel size", op=self.name, arg="w")
-        if not same_dim(c, i):
-            raise ShapeError(f"got x {shape_str(x)} with {static(c)} channels but w {shape_str(w)} expects "
-                             f"{static(i)} ({layout})", op=self.name, arg="w")
-        oh = window_out(self.name, h, static(kh), stride[0], padding[0], dilation[0])
-        ow = window_out(self.name, wd, static(kw), stride[1], padding[1], dilation[1])
-        return join_nchw(layout, n, o, oh, ow)
+        return _out_shape(self.name, x, w, _kernel_dims(w, layout), layout, stride, padding, dilation)
 
     def infer_dtype(self, x, w, **attrs):
         return promote(self.name, x, w)
@@ -133,18 +132,9 @@ class Conv2d(Op):
     def compute(self, x, w, layout, stride, padding, dilation):
         out = self.infer_shape(tuple(x.shape), tuple(w.shape), layout, stride, padding, dilation)
         dt = promote(self.name, dtype_of(x), dtype_of(w))
-        xp = pad_spatial(x, layout, padding, tirx.const(0, dtype_of(x)), "conv2d_pad")
-        _, ci, kh, kw = _kernel_dims(tuple(w.shape), layout)
-        rc, ry, rx = te.reduce_axis((0, ci), "rc"), te.reduce_axis((0, kh), "ry"), te.reduce_axis((0, kw), "rx")
-        (sh, sw), (dh, dw) = stride, dilation
-
-        def body(*idx):
-            n, o, i, j = split_nchw(idx, layout)
-            xv = xp(*join_nchw(layout, n, rc, i * sh + ry * dh, j * sw + rx * dw))
-            wv = w[o, rc, ry, rx] if layout == "NCHW" else w[ry, rx, rc, o]
-            return te.sum(xv.astype(dt) * wv.astype(dt), axis=[rc, ry, rx])
-
-        return te.compute(out, body, name=self.name, tag=self.family)
+        tap = (lambda o, c, y, z: w[o, c, y, z]) if layout == "NCHW" else (lambda o, c, y, z: w[y, z, c, o])
+        return _direct(self, x, tap, _kernel_dims(tuple(w.shape), layout)[1:], out, dt, layout, stride, padding,
+                       dilation)
 
     def reference(self, x, w, layout, stride, padding, dilation):
         if layout == "NHWC":
@@ -154,13 +144,126 @@ class Conv2d(Op):
 
     def flops(self, shapes, **attrs):
         x, w = shapes
-        o, ci, kh, kw = _kernel_dims(w, attrs["layout"])
-        total = 2 * size(self.infer_shape(x, w, **attrs)) * static(ci) * static(kh) * static(kw)
-        return float(total) if isinstance(total, int) else 0.0
+        return _flops(self.infer_shape(x, w, **attrs), _kernel_dims(w, attrs["layout"])[1:])
 
     def gradient(self, g, node):
         x, w = node.inputs
         return as_dtype(_grad_x(g, x, w, **node.attrs), x.dtype), as_dtype(_grad_w(g, x, w, **node.attrs), w.dtype)
+
+
+def _blocks(o, oc: int):
+    """Blocks of ``oc`` channels that hold ``o`` channels (the last one zero-padded)."""
+    value = static(o)
+    return -(-value // oc) if isinstance(value, int) else (o + oc - 1) // oc
+
+
+@register
+class PackConv2dWeight(Op):
+    """An OIHW conv2d weight (O, I, KH, KW) as channel blocks
+    (ceil(O / oc), I, KH, KW, oc): each tap's ``oc`` output channels are
+    contiguous, so a micro-kernel loads them as vectors. Channels past O are 0."""
+
+    name = "pack_conv2d_weight"
+    differentiable = False
+    dtypes = FLOATS
+    attrs = {"oc": A.Attr(A.positive_int, doc="output channels per block")}
+
+    def infer_shape(self, w, oc):
+        check_rank4(self.name, w, "w", "OIHW")
+        return (_blocks(w[0], oc), *w[1:], oc)
+
+    def compute(self, w, oc):
+        o = w.shape[0]
+
+        def body(b, i, y, x, j):  # the clamped index keeps the padded lanes' read in bounds
+            inside = b * oc + j < o
+            return tirx.if_then_else(inside, w[tirx.min(b * oc + j, o - 1), i, y, x], tirx.const(0, w.dtype))
+
+        return te.compute(self.infer_shape(tuple(w.shape), oc), body, name=self.name, tag="injective")
+
+    def reference(self, w, oc):
+        o = w.shape[0]
+        padded = np.zeros((_blocks(o, oc) * oc, *w.shape[1:]), w.dtype)
+        padded[:o] = w
+        return np.ascontiguousarray(padded.reshape(-1, oc, *w.shape[1:]).transpose(0, 2, 3, 4, 1))
+
+
+@register
+class Conv2dPacked(Op):
+    """``conv2d(x, w)`` (NCHW) with w given as ``pack_conv2d_weight``'s blocks
+    (B, I, KH, KW, oc) -> (N, out_channels, OH, OW); the blocks' channels past
+    ``out_channels`` are never read."""
+
+    name = "conv2d_packed"
+    differentiable = False
+    arity = 2
+    family = "conv2d"
+    dtypes = FLOATS
+    attrs = {"out_channels": A.Attr(A.positive_int, doc="O, the output channels (the blocks may pad past it)"),
+             "stride": STRIDE, "padding": PADDING, "dilation": DILATION}
+
+    def infer_shape(self, x, w, out_channels, stride, padding, dilation):
+        check_rank4(self.name, x, "x", "NCHW")
+        oc = static(w[4]) if len(w) == 5 else None
+        if not isinstance(oc, int) or not same_dim(w[0], _blocks(out_channels, oc)):
+            raise ShapeError(f"got w {shape_str(w)}, expected (ceil(O / oc), I, KH, KW, oc) blocks of a constant "
+                             f"width oc holding O = out_channels = {out_channels} channels", op=self.name, arg="w")
+        return _out_shape(self.name, x, w, (out_channels, *w[1:4]), "NCHW", stride, padding, dilation)
+
+    def infer_dtype(self, x, w, **attrs):
+        return promote(self.name, x, w)
+
+    def compute(self, x, w, out_channels, stride, padding, dilation):
+        out = self.infer_shape(tuple(x.shape), tuple(w.shape), out_channels, stride, padding, dilation)
+        oc = static(w.shape[4])
+        return _direct(self, x, lambda o, c, y, z: w[o // oc, c, y, z, o % oc], tuple(w.shape[1:4]), out,
+                       promote(self.name, dtype_of(x), dtype_of(w)), "NCHW", stride, padding, dilation)
+
+    def reference(self, x, w, out_channels, stride, padding, dilation):
+        oihw = w.transpose(0, 4, 1, 2, 3).reshape(-1, *w.shape[1:4])[:out_channels]
+        return _conv_nchw(x, oihw, stride, padding, dilation)
+
+    def flops(self, shapes, **attrs):
+        x, w = shapes
+        return _flops(self.infer_shape(x, w, **attrs), w[1:4])
+
+
+def _out_shape(op: str, x, w, kernel: tuple, layout: str, stride, padding, dilation) -> tuple:
+    """The output shape of a convolution of ``x`` with weight ``w`` whose
+    ``kernel = (O, I, KH, KW)``; checks the kernel size is static and the channels agree."""
+    n, c, h, wd = split_nchw(x, layout)
+    o, i, kh, kw = kernel
+    if not (is_static(kh) and is_static(kw)):
+        raise ShapeError(f"got w {shape_str(w)}, expected a static kernel size", op=op, arg="w")
+    if not same_dim(c, i):
+        raise ShapeError(f"got x {shape_str(x)} with {static(c)} channels but w {shape_str(w)} expects "
+                         f"{static(i)} ({layout})", op=op, arg="w")
+    oh = window_out(op, h, static(kh), stride[0], padding[0], dilation[0])
+    ow = window_out(op, wd, static(kw), stride[1], padding[1], dilation[1])
+    return join_nchw(layout, n, o, oh, ow)
+
+
+def _direct(op: Op, x, tap, kernel: tuple, out: tuple, dt: str, layout: str, stride, padding, dilation):
+    """The direct convolution of ``x`` (zero-padded by ``conv2d_pad``) with the
+    weight ``tap(o, c, ky, kx)`` over ``kernel = (I, KH, KW)``: the one TE body
+    behind ``conv2d`` and ``conv2d_packed``, which differ only in where a tap lives."""
+    xp = pad_spatial(x, layout, padding, tirx.const(0, dtype_of(x)), "conv2d_pad")
+    ci, kh, kw = kernel
+    rc, ry, rx = te.reduce_axis((0, ci), "rc"), te.reduce_axis((0, kh), "ry"), te.reduce_axis((0, kw), "rx")
+    (sh, sw), (dh, dw) = stride, dilation
+
+    def body(*idx):
+        n, o, i, j = split_nchw(idx, layout)
+        xv = xp(*join_nchw(layout, n, rc, i * sh + ry * dh, j * sw + rx * dw))
+        return te.sum(xv.astype(dt) * tap(o, rc, ry, rx).astype(dt), axis=[rc, ry, rx])
+
+    return te.compute(out, body, name=op.name, tag=op.family)
+
+
+def _flops(out: tuple, kernel: tuple) -> float:
+    """Multiply-adds (x2) of a convolution producing ``out`` with ``kernel = (I, KH, KW)``; 0 when symbolic."""
+    total = 2 * size(out) * static(kernel[0]) * static(kernel[1]) * static(kernel[2])
+    return float(total) if isinstance(total, int) else 0.0
 
 
 def _conv_nchw(x, w, stride, padding, dilation):

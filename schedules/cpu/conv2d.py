@@ -1,5 +1,6 @@
-"""CPU template for conv2d (NCHW and NHWC): vectorized over output channels,
-register-tiled over output width, parallel over batch x channel blocks x rows.
+"""CPU template for conv2d (NCHW and NHWC) and conv2d_packed: vectorized over
+output channels, register-tiled over output width, parallel over batch x
+channel blocks x rows.
 
 The micro-kernel keeps a ``tile_ow x tile_oc`` block of outputs in registers
 (``tile_oc / lanes`` vectors per output column). Each step of the reduction
@@ -19,6 +20,12 @@ FMAs for ``tile_ow + tile_oc / lanes`` loads.
               tile_oc]`` so the channel vector is contiguous (default 1).
 ``parallel``  1 to run (batch, channel block, output row) on the thread pool.
 
+``conv2d_packed`` reads a weight already in the ``pack_w`` layout (packed once,
+by ``pack_conv2d_weight``): it has no ``pack_w`` knob and no pack stage, and
+its ``tile_oc`` is the blocks' width, not a knob. An exporter packs a constant
+weight with ``oc = packed_channels(workload, target)``, the ``tile_oc`` this
+template chooses by default for that conv2d, so both run the same micro-kernel.
+
 The accumulator tile is stored channels-innermost (a local buffer laid out
 N, H, W, C) whatever the layout, so its vectors are contiguous; for NCHW the
 write-back transposes it into the output. Zero padding is its own parallel
@@ -33,6 +40,9 @@ only the dims that varied symbolic, which for a layer is its batch.
 """
 from __future__ import annotations
 
+from ...errors import AttrError
+from ...te.shapes import static
+from ...te.workload import Workload
 from ..config import Config
 from ..dispatch import NOT_APPLICABLE, NotApplicable, register_template
 from ..generic import schedule_injective
@@ -62,10 +72,43 @@ def _divisor_tile(width: int | None, limit: int) -> int:
     return max(d for d in range(1, max(1, min(width, limit)) + 1) if width % d == 0)
 
 
-@register_template("cpu", ops=("conv2d",))
+def _budget(lanes: int) -> int:
+    """Accumulators the micro-kernel may keep: most of the 32 (AVX-512) or 16
+    (AVX2) vector registers, the rest left for the weight vectors and a broadcast."""
+    return 24 if lanes >= 16 else 12
+
+
+def packed_channels(workload: Workload, target) -> int:
+    """The block width ``oc`` to pack a constant conv2d weight with.
+
+    Parameters
+    ----------
+    workload : Workload
+        An NCHW ``conv2d`` (``kiln.te.get_op("conv2d").check(...)``).
+    target : Target
+        Where the packed kernel will run (``kiln.cpu()``).
+
+    Returns
+    -------
+    int
+        The ``tile_oc`` this template chooses by default for ``workload``:
+        ``pack_conv2d_weight(w, oc=...)`` then feeds ``conv2d_packed`` the
+        register tile ``conv2d`` would have packed on every call.
+    """
+    if workload.op.name != "conv2d" or workload.attrs["layout"] != "NCHW":
+        raise AttrError(f"got {workload.op.name} with {workload.attrs.get('layout')}, expected an NCHW conv2d "
+                        "(only OIHW weights are packed)", op=workload.op.name, arg="layout")
+    _, channels, _, width = (static(d) for d in workload.out_shapes[0])
+    lanes = target.lanes(workload.out_dtypes[0])
+    known = [d if isinstance(d, int) else None for d in (channels, width)]
+    return _default_tiles(*known, lanes, _budget(lanes))[0]
+
+
+@register_template("cpu", ops=("conv2d", "conv2d_packed"))
 def schedule_conv2d(sch, block, cfg: Config) -> NotApplicable | None:
     conv = block
-    nchw = cfg.workload.attrs["layout"] == "NCHW"
+    packed = cfg.workload.op.name == "conv2d_packed"  # the weight is already in the pack_w layout
+    nchw = packed or cfg.workload.attrs["layout"] == "NCHW"
     n, a, b, c, r1, r2, r3 = sch.get_loops(conv)
     # NCHW loops: n, o, y, z | rc, ry, rx.  NHWC loops: n, y, z, o | ry, rx, rc.
     o, y, z = (a, b, c) if nchw else (c, a, b)
@@ -73,16 +116,19 @@ def schedule_conv2d(sch, block, cfg: Config) -> NotApplicable | None:
     o_ext, z_ext = const_int(extent(sch, o)), const_int(extent(sch, z))
     if o_ext is None or z_ext is None:
         return NOT_APPLICABLE
-    budget = 24 if lanes >= 16 else 12  # accumulators that fit in the vector registers
+    budget = _budget(lanes)
 
     oc_default, ow_default = _default_tiles(o_ext, z_ext, lanes, budget)
-    tile_oc = cfg.define_knob("tile_oc", tuple(sorted({lanes, 2 * lanes, 3 * lanes, 4 * lanes, oc_default})),
-                              default=oc_default)
+    if packed:
+        tile_oc = static(cfg.workload.shapes[1][4])
+    else:
+        tile_oc = cfg.define_knob("tile_oc", tuple(sorted({lanes, 2 * lanes, 3 * lanes, 4 * lanes, oc_default})),
+                                  default=oc_default)
     vectors = max(1, -(-tile_oc // lanes))
     ow_fit = _divisor_tile(z_ext, max(1, budget // vectors)) if tile_oc != oc_default else ow_default
     tile_ow = cfg.define_knob("tile_ow", tuple(range(1, 17)), default=ow_fit)
     unroll_kw = cfg.define_knob("unroll_kw", (0, 1), default=1)
-    pack_w = cfg.define_knob("pack_w", (0, 1), default=int(nchw)) and nchw
+    pack_w = not packed and cfg.define_knob("pack_w", (0, 1), default=int(nchw)) and nchw
     par = cfg.define_knob("parallel", (0, 1), default=1)
 
     if pack_w:

@@ -22,3 +22,15 @@ CASES = [
     Case("conv2d", [(2, 7, 9, 3), (3, 3, 3, 8)], attrs={**NHWC, "padding": 1}, grad=False),
     Case("conv2d", [(1, 19, 19, 3), (7, 7, 3, 4)], attrs={**NHWC, "stride": 2, "padding": 3}, grad=False),
 ]
+CASES += [  # inference with a pre-packed weight: blocks of oc output channels, the last one padded past O
+    Case("pack_conv2d_weight", [(20, 3, 3, 3)], attrs={"oc": 16}),
+    Case("pack_conv2d_weight", [(5, 2, 3, 2)], "float64", attrs={"oc": 8}),
+    Case("pack_conv2d_weight", [(32, 4, 1, 1)], attrs={"oc": 16}),
+    # random weights past out_channels: the kernel must never read them
+    Case("conv2d_packed", [(2, 3, 7, 9), (2, 3, 3, 3, 16)], attrs={"out_channels": 20, "stride": 2, "padding": 1}),
+    Case("conv2d_packed", [(1, 3, 4, 4), (1, 3, 1, 1, 4)], "float64", attrs={"out_channels": 2}),
+    Case("conv2d_packed", [(2, 16, 14, 14), (2, 16, 3, 3, 16)], attrs={"out_channels": 32, "padding": 1}),
+    Case("conv2d_packed", [(1, 2, 7, 7), (1, 2, 2, 2, 8)], attrs={"out_channels": 3, "dilation": 2, "padding": 2}),
+    Case("conv2d_packed", [(1, 2, 6, 5), (1, 2, 3, 2, 2)], attrs={"out_channels": 2, "stride": (2, 1),
+                                                                  "padding": (1, 0)}),
+]

@@ -1,0 +1,163 @@
+"""conv2d inference kernels with a constant weight: packed once into channel
+blocks (``pack_conv2d_weight``) and read by ``conv2d_packed`` with no pack
+stage, on the CPU template's micro-kernel; the CUDA fallback runs it too."""
+import numpy as np
+import pytest
+import tvm
+
+import kiln
+from kiln.autotune import Space, Task
+from kiln.errors import AttrError, ShapeError
+from kiln.schedules.cpu.conv2d import packed_channels
+from kiln.schedules.cuda import check
+from kiln.schedules.util import blocks
+from kiln.te import get_op, sym
+
+CPU = kiln.cpu()
+CONV = get_op("conv2d")
+# (x, w, attrs): the timed layer, channels the blocks do not divide (the last block padded), dilation
+LAYERS = [((16, 16, 8, 8), (32, 16, 3, 3), {"padding": 1}),
+          ((2, 3, 9, 11), (20, 3, 3, 3), {"padding": 1, "stride": 2}),
+          ((1, 8, 12, 12), (24, 8, 3, 3), {"padding": 2, "dilation": 2})]
+
+
+def _conv(x_shape, w_shape, attrs, batch=None):
+    """The conv2d workload of a layer (its batch replaced by ``batch``)."""
+    return CONV.check([(batch or x_shape[0], *x_shape[1:]), w_shape], attrs=attrs)
+
+
+def _pack(w, attrs):
+    oc = packed_channels(_conv((1, w.shape[1], 16, 16), w.shape, attrs), CPU)
+    return kiln.build("pack_conv2d_weight", [w.shape], attrs={"oc": oc})(w)
+
+
+def _packed_kernel(x_shape, w, attrs, batch, config=None):
+    packed = _pack(w, attrs)
+    kernel = kiln.build("conv2d_packed", [(batch, *x_shape[1:]), packed.shape],
+                        attrs={**attrs, "out_channels": w.shape[0]}, config=config)
+    return kernel, packed
+
+
+def _sblocks(kernel):
+    """(name, names of the buffers it reads) of every block of the lowered kernel."""
+    sch = tvm.s_tir.Schedule(kernel.ir())
+    return [(sch.get(b).name_hint, {str(r.source.name) for r in sch.get(b).reads}) for b in blocks(sch)]
+
+
+def _data(x_shape, w_shape, seed=0):
+    rng = np.random.default_rng(seed)
+    return rng.standard_normal(x_shape).astype("float32"), rng.standard_normal(w_shape).astype("float32")
+
+
+def test_packing_puts_each_block_of_channels_innermost_with_zeros_past_o():
+    _, w = _data((1,), (20, 3, 2, 2))
+    packed = kiln.build("pack_conv2d_weight", [w.shape], attrs={"oc": 16})(w)
+    assert packed.shape == (2, 3, 2, 2, 16)
+    np.testing.assert_array_equal(packed[0], w[:16].transpose(1, 2, 3, 0))
+    np.testing.assert_array_equal(packed[1, ..., :4], w[16:].transpose(1, 2, 3, 0))
+    assert not packed[1, ..., 4:].any()
+
+
+@pytest.mark.parametrize("x_shape, w_shape, attrs", LAYERS, ids=str)
+def test_a_symbolic_batch_kernel_matches_numpy_at_1_7_and_64(x_shape, w_shape, attrs):
+    _, w = _data(x_shape, w_shape)
+    kernel, packed = _packed_kernel(x_shape, w, attrs, sym("n"))
+    assert kernel.template == "conv2d.schedule_conv2d"
+    parsed = CONV.parse_attrs(attrs)
+    for n in (1, 7, 64):
+        x, _ = _data((n, *x_shape[1:]), w_shape, seed=n)
+        np.testing.assert_allclose(kernel(x, packed), CONV.reference(x, w, **parsed), rtol=1e-4, atol=1e-4)
+
+
+@pytest.mark.parametrize("batch", [sym("n"), 1, 64], ids=str)
+def test_conv2d_packed_has_no_pack_stage(batch):
+    x_shape, w_shape, attrs = LAYERS[0]
+    _, w = _data(x_shape, w_shape)
+    kernel, _ = _packed_kernel(x_shape, w, attrs, batch)
+    weight = kernel.ir()["main"].params[1].name
+    readers = [name for name, reads in _sblocks(kernel) if any(r.startswith(weight) for r in reads)]
+    assert readers == ["conv2d_packed_update"], readers  # only the micro-kernel reads the weight
+    assert not [name for name, _ in _sblocks(kernel) if name.endswith("_global")]
+    # what conv2d with the same shapes does: the weight is copied into blocks on every call
+    conv = kiln.build("conv2d", [(batch, *x_shape[1:]), w_shape], attrs=attrs)
+    assert conv.resolved_config()["pack_w"] == 1
+    assert any(name.endswith("_global") for name, _ in _sblocks(conv))
+
+
+@pytest.mark.parametrize("x_shape, w_shape, attrs", LAYERS, ids=str)
+def test_packed_channels_is_the_tile_conv2d_chooses(x_shape, w_shape, attrs):
+    workload = _conv(x_shape, w_shape, attrs)
+    config = kiln.build("conv2d", workload.shapes, attrs=attrs).resolved_config()
+    assert packed_channels(workload, CPU) == config["tile_oc"]
+    # the packed kernel's micro-kernel is conv2d's: the same output-column tile
+    kernel, _ = _packed_kernel(x_shape, _data(x_shape, w_shape)[1], attrs, x_shape[0])
+    assert kernel.resolved_config()["tile_ow"] == config["tile_ow"]
+    assert "tile_oc" not in kernel.resolved_config() and "pack_w" not in kernel.resolved_config()
+
+
+def test_packed_channels_takes_only_an_nchw_conv2d():
+    nhwc = CONV.check([(1, 8, 8, 3), (3, 3, 3, 16)], attrs={"layout": "NHWC"})
+    with pytest.raises(AttrError, match="layout"):
+        packed_channels(nhwc, CPU)
+
+
+@pytest.mark.parametrize("seed", [0, 1, 2])
+def test_random_configs_match_numpy(seed):
+    x_shape, w_shape, attrs = LAYERS[1]
+    x, w = _data(x_shape, w_shape, seed)
+    packed = _pack(w, attrs)
+    task = Task.create("conv2d_packed", [x_shape, packed.shape], None, {**attrs, "out_channels": w_shape[0]})
+    config = Space(task).sample(np.random.default_rng(seed))
+    kernel, _ = _packed_kernel(x_shape, w, attrs, x_shape[0], config=config)
+    np.testing.assert_allclose(kernel(x, packed), CONV.reference(x, w, **CONV.parse_attrs(attrs)),
+                               rtol=1e-4, atol=1e-4, err_msg=str(config))
+
+
+def test_a_large_kernel_is_parallel_and_vectorized():
+    _, w = _data((1,), (64, 64, 3, 3))
+    script = _packed_kernel((1, 64, 56, 56), w, {"padding": 1}, 1)[0].script()
+    assert "T.parallel" in script and "T.vectorized" in script
+
+
+@pytest.mark.parametrize("op, shapes, attrs", [
+    ("pack_conv2d_weight", [(20, 3, 3, 3)], {"oc": 8}),
+    ("conv2d_packed", [(2, 3, 9, 11), (3, 3, 3, 3, 8)], {"out_channels": 20, "padding": 1}),
+], ids=["pack", "conv"])
+def test_the_cuda_fallback_schedules_both_ops(op, shapes, attrs):
+    task = Task.create(op, shapes, None, attrs, kiln.cuda("sm_80"))
+    low = task.lower({})
+    check.check_resources(low.sch.mod, task.target, op)
+    inputs, expected = task.data()
+    got = check.run_on_cpu(low.sch.mod, inputs, [(e.shape, str(e.dtype)) for e in expected])
+    for g, e in zip(got, expected):
+        np.testing.assert_allclose(g, e, rtol=1e-4, atol=1e-4)
+
+
+def test_blocks_that_do_not_hold_out_channels_are_a_shape_error():
+    with pytest.raises(ShapeError, match="conv2d_packed"):  # 2 blocks of 16 hold 17..32 channels
+        kiln.build("conv2d_packed", [(1, 3, 8, 8), (2, 3, 3, 3, 16)], attrs={"out_channels": 40})
+    with pytest.raises(ShapeError, match="conv2d_packed"):
+        kiln.build("conv2d_packed", [(1, 3, 8, 8), (2, 3, 3, 3)], attrs={"out_channels": 2})
+    with pytest.raises(ShapeError, match="conv2d_packed"):  # 4 input channels, blocks for 3
+        kiln.build("conv2d_packed", [(1, 4, 8, 8), (1, 3, 3, 3, 16)], attrs={"out_channels": 16})
+    with pytest.raises(AttrError, match="out_channels"):
+        kiln.build("conv2d_packed", [(1, 3, 8, 8), (1, 3, 3, 3, 16)])
+    with pytest.raises(AttrError, match="oc"):
+        kiln.build("pack_conv2d_weight", [(8, 3, 3, 3)], attrs={"oc": 0})
+
+
+def test_timing_conv2d_against_conv2d_packed(capsys):
+    """Reported, not asserted: per-call time of the symbolic-batch kernels."""
+    x_shape, w_shape, attrs = LAYERS[0]
+    _, w = _data(x_shape, w_shape)
+    conv = kiln.build("conv2d", [(sym("n"), *x_shape[1:]), w_shape], attrs=attrs)
+    packed_kernel, packed = _packed_kernel(x_shape, w, attrs, sym("n"))
+    rows = []
+    for n in (1, 16, 64):
+        x, _ = _data((n, *x_shape[1:]), w_shape, seed=n)
+        np.testing.assert_allclose(packed_kernel(x, packed), conv(x, w), rtol=1e-4, atol=1e-4)
+        plain, pre = conv.time(x, w)["median"], packed_kernel.time(x, packed)["median"]
+        rows.append(f"batch {n:>2}: conv2d {plain * 1e6:8.1f} us  conv2d_packed {pre * 1e6:8.1f} us  "
+                    f"ratio {pre / plain:.2f}")
+    with capsys.disabled():
+        print(f"\n{x_shape[1:]} x {w_shape} {attrs}, symbolic batch:\n" + "\n".join(rows))
