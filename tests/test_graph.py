@@ -74,8 +74,8 @@ def test_batchnorm_folds_into_the_conv_and_the_rest_fuses(images, tmp_path):
     assert _ops(graph) == ["conv2d", "add", "relu", "global_avg_pool2d", "reshape", "dense"]
     assert fuse_epilogues(graph) == 2
     assert _ops(graph) == ["conv2d_add_relu", "global_avg_pool2d", "reshape", "dense"]
-    prepack_weights(graph, kiln.cpu())
-    assert _ops(graph) == ["conv2d_add_relu", "global_avg_pool2d", "reshape", "dense_packed"]
+    assert prepack_weights(graph, kiln.cpu()) == 2
+    assert _ops(graph) == ["conv2d_packed_add_relu", "global_avg_pool2d", "reshape", "dense_packed"]
     _exported_matches(model, images, tmp_path)
 
 
@@ -93,7 +93,7 @@ def test_a_value_used_twice_is_neither_folded_nor_fused_away(images, tmp_path):
     model = _stats(Twice(), images)
     graph = optimize(trace(model, images[:1]))
     # the biased conv output is read twice: its bias fuses, the BatchNorm cannot fold into its weights
-    assert _ops(graph) == ["conv2d_add", "subtract_multiply_add_add"]
+    assert _ops(graph) == ["conv2d_packed_add", "subtract_multiply_add_add"]
     _exported_matches(model, images, tmp_path)
 
 
@@ -102,7 +102,7 @@ def test_a_residual_of_the_graph_input_fuses_as_an_epilogue(tmp_path):
     x = np.random.default_rng(3).standard_normal((64, 2, 8, 8)).astype("float32")
     model = AddInput().eval()
     graph = optimize(trace(model, x[:1]))
-    assert _ops(graph) == ["conv2d_add_add_relu"]  # bias, residual and relu in the conv's write-back
+    assert _ops(graph) == ["conv2d_packed_add_add_relu"]  # bias, residual and relu in the conv's write-back
     _exported_matches(model, x, tmp_path)
 
 
@@ -143,26 +143,28 @@ def test_an_op_with_no_export_rule_is_an_export_error_naming_it(tmp_path):
 
 
 @pytest.mark.parametrize("few_rows", [False, True], ids=["main", "main_small"])
-def test_exported_dense_kernels_have_no_pack_stage(few_rows):
-    """A constant weight is packed at export: the kernel's only block reading
-    the (3-D, panelled) weight is its multiply-accumulate; nothing copies it."""
+def test_exported_kernels_have_no_pack_stage(few_rows):
+    """Constant weights are packed at export: in every conv and dense kernel
+    the only block reading the packed weight (5-D blocks of channels, 3-D
+    panels) is the multiply-accumulate; nothing copies it per call."""
     import tvm
 
     from kiln.graph.lower import schedule_kernels, to_relax
     from kiln.schedules.util import blocks
 
     nn.init.manual_seed(6)
-    model = nn.Sequential(nn.Linear(16, 40), nn.ReLU(), nn.Linear(40, 4)).eval()
-    graph = optimize(trace(model, np.zeros((1, 16), "float32")), kiln.cpu())
+    model = nn.Sequential(nn.Conv(1, 4, 3), nn.ReLU(), nn.Flatten(), nn.Linear(256, 40), nn.ReLU(),
+                          nn.Linear(40, 4)).eval()
+    graph = optimize(trace(model, np.zeros((1, 1, 8, 8), "float32")), kiln.cpu())
     mod, kernels = to_relax(graph)
     mod = schedule_kernels(mod, kernels, kiln.cpu(), few_rows=few_rows)
-    assert len(kernels) == 2
+    assert sorted(n.op.name for n in kernels.values()) == ["conv2d_packed", "dense_packed", "dense_packed"]
     for name in kernels:
         sch = tvm.s_tir.Schedule(mod[name])
         found = [sch.get(b) for b in blocks(sch)]
         written = {str(w.source.name) for b in found for w in b.writes}
         weights = {str(r.source.name) for b in found for r in b.reads
-                   if len(r.source.shape) == 3 and str(r.source.name) not in written}  # inputs only
+                   if len(r.source.shape) in (3, 5) and str(r.source.name) not in written}  # inputs only
         assert len(weights) == 1, (name, weights)
         readers = [b.name_hint for b in found for r in b.reads if str(r.source.name) in weights]
         assert len(readers) == 1 and readers[0].endswith("_update"), (name, readers)
