@@ -95,7 +95,15 @@ def export(model, example, path, dynamic_batch: bool = True, target=None) -> Pat
     meta = {"format": FORMAT, "input_shape": [None if dynamic_batch and i == 0 else int(d)
                                               for i, d in enumerate(example.shape)],
             "input_dtype": str(example.dtype), "kiln": __version__, "tvm": tvm.__version__}
-    mod = build_module(optimize(graph, target), meta, target, SMALL_BATCH if dynamic_batch else None)
+    executable = compile_module(build_module(optimize(graph, target), meta, target,
+                                             SMALL_BATCH if dynamic_batch else None), target)
+    with atomic_path(path, suffix=".so") as tmp:  # an OSError becomes an OutputError naming the path
+        executable.export_library(tmp)
+    return path
+
+
+def compile_module(mod, target):
+    """The Relax module of scheduled kernels compiled for ``target`` (an executable)."""
     with target.tvm:
         pipeline = tvm.transform.Sequential(
             cpu_pipeline.dataflow_lower_passes(target.tvm)
@@ -107,6 +115,4 @@ def export(model, example, path, dynamic_batch: bool = True, target=None) -> Pat
     except Exception as exc:  # noqa: BLE001 - TVM's compile errors are C++ tracebacks
         raise ExportError(f"TVM could not compile the model: {tvm_message(exc, 300)}", op="export",
                           arg="model") from exc
-    with atomic_path(path, suffix=".so") as tmp:  # an OSError becomes an OutputError naming the path
-        executable.export_library(tmp)
-    return path
+    return executable
