@@ -33,10 +33,6 @@ from .lower import build_module
 from .trace import trace
 
 FORMAT = "kiln-model-1"
-#: batches up to this size run ``main_small``, scheduled for few rows
-SMALL_BATCH = 8
-
-
 def optimize(graph, target=None):
     """Run the export passes over ``graph`` in order, in place, and return it:
     fold affine chains into weights, fuse elementwise epilogues, pre-pack
@@ -95,8 +91,7 @@ def export(model, example, path, dynamic_batch: bool = True, target=None) -> Pat
     meta = {"format": FORMAT, "input_shape": [None if dynamic_batch and i == 0 else int(d)
                                               for i, d in enumerate(example.shape)],
             "input_dtype": str(example.dtype), "kiln": __version__, "tvm": tvm.__version__}
-    executable = compile_module(build_module(optimize(graph, target), meta, target,
-                                             SMALL_BATCH if dynamic_batch else None), target)
+    executable = compile_module(build_module(optimize(graph, target), meta, target, dynamic_batch), target)
     with atomic_path(path, suffix=".so") as tmp:  # an OSError becomes an OutputError naming the path
         executable.export_library(tmp)
     return path

@@ -116,18 +116,25 @@ def test_a_batchnorm_with_no_conv_before_it_still_exports(images, tmp_path):
     _exported_matches(model, images, tmp_path)
 
 
-def test_small_batches_have_a_one_thread_entry_that_computes_the_same(tmp_path):
+@pytest.mark.parametrize("batch", [1, 8, 9, 32, 33])
+def test_every_entry_computes_what_main_computes(tmp_path, batch):
+    """Batches of 1-8 run ``main_small``, of 9-32 ``main_some`` (kernels
+    scheduled for so few rows), larger ones ``main``: all agree."""
     import tvm
 
-    from kiln.graph.export import SMALL_BATCH
+    from kiln.graph.lower import ENTRIES
 
     nn.init.manual_seed(5)
     model = nn.Sequential(nn.Linear(16, 32), nn.ReLU(), nn.Linear(32, 4)).eval()
     predictor = Predictor(kiln.export(model, np.zeros((1, 16), "float32"), tmp_path / "m.so"))
-    assert predictor.meta["entries"] == [{"name": "main_small", "max_batch": SMALL_BATCH}, {"name": "main"}]
-    x = tvm.runtime.tensor(np.random.default_rng(5).standard_normal((SMALL_BATCH, 16)).astype("float32"))
-    small, large = predictor.vm["main_small"](x).numpy(), predictor.vm["main"](x).numpy()
-    np.testing.assert_allclose(small, large, rtol=1e-6, atol=1e-6)
+    assert predictor.meta["entries"] == [{"name": "main_small", "max_batch": 8}, {"name": "main_some", "max_batch": 32},
+                                         {"name": "main"}] == [{"name": n, **({"max_batch": b} if b else {})}
+                                                               for n, b, _ in ENTRIES]
+    x = np.random.default_rng(5).standard_normal((batch, 16)).astype("float32")
+    want = predictor.vm["main"](tvm.runtime.tensor(x)).numpy()
+    for name, _, _ in ENTRIES:
+        np.testing.assert_allclose(predictor.vm[name](tvm.runtime.tensor(x)).numpy(), want, rtol=1e-5, atol=1e-6)
+    np.testing.assert_allclose(predictor(x), model(kiln.Tensor(x)).numpy(), rtol=1e-5, atol=1e-6)
 
 
 def test_the_trace_names_every_node_and_constant(images):
@@ -144,14 +151,14 @@ def test_an_op_with_no_export_rule_is_an_export_error_naming_it(tmp_path):
     assert not (tmp_path / "m.so").exists()
 
 
-@pytest.mark.parametrize("few_rows", [False, True], ids=["main", "main_small"])
-def test_exported_kernels_have_no_pack_stage(few_rows):
+@pytest.mark.parametrize("entry", [0, 1, 2], ids=["main_small", "main_some", "main"])
+def test_exported_kernels_have_no_pack_stage(entry):
     """Constant weights are packed at export: in every conv and dense kernel
     the only block reading the packed weight (5-D blocks of channels, 3-D
     panels) is the multiply-accumulate; nothing copies it per call."""
     import tvm
 
-    from kiln.graph.lower import schedule_kernels, to_relax
+    from kiln.graph.lower import ENTRIES, schedule_kernels, to_relax
     from kiln.schedules.util import blocks
 
     nn.init.manual_seed(6)
@@ -159,7 +166,7 @@ def test_exported_kernels_have_no_pack_stage(few_rows):
                           nn.Linear(40, 4)).eval()
     graph = optimize(trace(model, np.zeros((1, 1, 8, 8), "float32")), kiln.cpu())
     mod, kernels = to_relax(graph)
-    mod = schedule_kernels(mod, kernels, kiln.cpu(), few_rows=few_rows)
+    mod = schedule_kernels(mod, kernels, kiln.cpu(), ENTRIES[entry][2])
     assert sorted(n.op.name for n in kernels.values()) == ["conv2d_packed", "dense_packed", "dense_packed"]
     for name in kernels:
         sch = tvm.s_tir.Schedule(mod[name])
@@ -180,8 +187,8 @@ def test_every_exported_kernel_keeps_its_noalias_aligned_inner_function():
 
     model = nn.Sequential(nn.Linear(16, 40), nn.ReLU(), nn.Linear(40, 4)).eval()
     graph = optimize(trace(model, np.zeros((1, 16), "float32")), kiln.cpu())
-    executable = compile_module(build_module(graph, {}, kiln.cpu(), small_batch=8), kiln.cpu())
+    executable = compile_module(build_module(graph, {}, kiln.cpu()), kiln.cpu())
     source = executable.mod.imports[0].inspect_source("ll")
     assert "@__tvm_ffi_shape_func" in source  # the module has the VM's shape function
-    for kernel in ("dense_packed_0", "dense_packed_1", "dense_packed_0_small", "dense_packed_1_small"):
+    for kernel in [f"dense_packed_{i}{suffix}" for i in (0, 1) for suffix in ("", "_small", "_some")]:
         assert re.search(rf"@{kernel}_compute_\([^)]*ptr noalias [^)]*align 64", source), kernel
