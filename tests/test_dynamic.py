@@ -20,10 +20,11 @@ from helpers import as_list, assert_close, random_inputs
 #: ops that refuse some symbolic dims by design (the sweep below makes every
 #: dim > 1 symbolic, equal sizes sharing a symbol): conv2d needs a static
 #: kernel size, pool gradients cannot prove the out_grad shape, broadcast_to,
-#: getitem and split need the sizes their attrs name, conv2d_packed needs its
-#: weight's static block width (an exported constant's)
+#: getitem and split need the sizes their attrs name, dense_packed and
+#: conv2d_packed need their weight's static panel/block width (an exported
+#: constant's)
 REFUSE_SYMBOLIC = {"conv2d", "max_pool2d_grad", "avg_pool2d_grad", "broadcast_to", "getitem", "getitem_grad",
-                   "split", "conv2d_packed"}
+                   "split", "dense_packed", "conv2d_packed"}
 
 
 def test_one_symbolic_kernel_serves_every_size_and_stays_vectorized():
