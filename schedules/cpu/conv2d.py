@@ -19,6 +19,9 @@ FMAs for ``tile_ow + tile_oc / lanes`` loads.
 ``pack_w``    NCHW only: 1 to copy OIHW weights to ``[O / tile_oc, I, KH, KW,
               tile_oc]`` so the channel vector is contiguous (default 1).
 ``parallel``  1 to run (batch, channel block, output row) on the thread pool.
+``pad_at``    1 to zero-pad each task's input rows inside the task (one
+              parallel region per call, the rows still in cache when the
+              micro-kernel reads them), 0 for a padding stage of its own.
 
 ``conv2d_packed`` reads a weight already in the ``pack_w`` layout (packed once,
 by ``pack_conv2d_weight``): it has no ``pack_w`` knob and no pack stage, and
@@ -28,8 +31,8 @@ template chooses by default for that conv2d, so both run the same micro-kernel.
 
 The accumulator tile is stored channels-innermost (a local buffer laid out
 N, H, W, C) whatever the layout, so its vectors are contiguous; for NCHW the
-write-back transposes it into the output. Zero padding is its own parallel
-stage, so the inner loop has no bounds checks.
+write-back transposes it into the output. Zero padding is its own block
+(inside each task with ``pad_at``), so the inner loop has no bounds checks.
 
 Symbolic dims: a symbolic batch or input-channel count keeps this template
 (neither is tiled). A symbolic output-channel count or output width would
@@ -130,6 +133,8 @@ def schedule_conv2d(sch, block, cfg: Config) -> NotApplicable | None:
     unroll_kw = cfg.define_knob("unroll_kw", (0, 1), default=1)
     pack_w = not packed and cfg.define_knob("pack_w", (0, 1), default=int(nchw)) and nchw
     par = cfg.define_knob("parallel", (0, 1), default=1)
+    pad = next((b for b in blocks(sch) if sch.get(b).name_hint.endswith("_pad")), None)
+    pad_at = pad is not None and cfg.define_knob("pad_at", (0, 1), default=1)
 
     if pack_w:
         pack = sch.cache_read(conv, 1, "global")
@@ -161,6 +166,8 @@ def schedule_conv2d(sch, block, cfg: Config) -> NotApplicable | None:
         outer_p, vec = sch.split(fused, [None, lanes])
         sch.vectorize(vec)
         sch.parallel(outer_p)
-    for other in blocks(sch):  # the zero-padding stage
-        if sch.get(other).name_hint == "conv2d_pad":
-            schedule_injective(sch, other, cfg, "pad.")
+    if pad_at:  # each task pads the input rows it reads, right before it reads them
+        sch.compute_at(pad, outer)
+        sch.vectorize(sch.get_loops(pad)[-1])
+    elif pad is not None:
+        schedule_injective(sch, pad, cfg, "pad.")
