@@ -161,3 +161,18 @@ def test_timing_conv2d_against_conv2d_packed(capsys):
                     f"ratio {pre / plain:.2f}")
     with capsys.disabled():
         print(f"\n{x_shape[1:]} x {w_shape} {attrs}, symbolic batch:\n" + "\n".join(rows))
+
+
+@pytest.mark.parametrize("pad_at", [0, 1])
+def test_padding_runs_inside_each_task_with_pad_at(pad_at):
+    """``pad_at`` (the default) pads a task's input rows inside the task: one
+    parallel region per call; without it the padding is a parallel stage of
+    its own. Both compute the same."""
+    x = np.random.default_rng(0).standard_normal((3, 16, 8, 8)).astype("float32")
+    w = np.random.default_rng(1).standard_normal((32, 16, 3, 3)).astype("float32")
+    kernel = kiln.build("conv2d", [(sym("n"), 16, 8, 8), w.shape], attrs={"padding": 1}, config={"pad_at": pad_at})
+    assert kernel.resolved_config()["pad_at"] == pad_at
+    assert kernel.script().count("T.parallel") == (2 if pad_at else 3)  # the tasks, the weight pack [, the padding]
+    want = kiln.te.get_op("conv2d").reference(x, w, **kiln.te.get_op("conv2d").parse_attrs({"padding": 1}))
+    np.testing.assert_allclose(kernel(x, w), want, rtol=1e-4, atol=1e-4)
+    assert kiln.build("conv2d", [(sym("n"), 16, 8, 8), w.shape], attrs={"padding": 1}).resolved_config()["pad_at"] == 1
