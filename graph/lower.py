@@ -68,11 +68,30 @@ def to_relax(graph: Graph, name: str = "main", suffix: str = "") -> tuple[tvm.IR
     return bb.get(), kernels
 
 
+#: multiply-adds (or elements, for kernels with no arithmetic to speak of)
+#: below which a kernel runs on one thread: a parallel launch costs a few
+#: microseconds (measured on 2 cores: dense 64 x 64 -> 128 and conv 1 -> 16
+#: channels 8x8 at 64 rows, about 0.5M multiply-adds, run faster on one)
+PARALLEL_WORK = 1 << 20
+
+
 def _one_thread(space: dict) -> dict:
     return {k: 0 for k in space if k == "parallel" or k.endswith("_parallel")}
 
 
-def _few_rows_config(space: dict) -> dict:
+def _row_work(workload) -> float:
+    """Multiply-adds (or output elements) of one row of the batch."""
+    shapes = [tuple(d if isinstance(d, int) else 1 for d in s) for s in workload.shapes]
+    elements = sum(int(np.prod([d if isinstance(d, int) else 1 for d in s])) for s in workload.out_shapes)
+    return max(workload.op.flops(shapes, **workload.attrs) / 2, elements)
+
+
+def _threads(space: dict, workload, rows: int) -> dict:
+    """One thread when ``rows`` rows of ``workload`` are less than ``PARALLEL_WORK``."""
+    return _one_thread(space) if _row_work(workload) * rows < PARALLEL_WORK else {}
+
+
+def _few_rows_config(space: dict, workload) -> dict:
     """Knob values for a kernel serving a batch of 1-8: the template's own
     ``few_rows`` schedule where it has one (it decides its threads from the
     work), else one thread (for so few rows a parallel launch costs more
@@ -80,20 +99,31 @@ def _few_rows_config(space: dict) -> dict:
     return {"few_rows": 1} if "few_rows" in space else _one_thread(space)
 
 
-def _some_rows_config(space: dict) -> dict:
+def _some_rows_config(space: dict, workload) -> dict:
     """Knob values for a kernel serving a batch of 9-32. Dense: a register
     tile of 8 rows (the default tall tile pads 16 rows to 24) and no copy of
     the rows (``pack_a``), 1.4-2.5x faster than the defaults for 16 rows of
     the MLPs' layers (784->512, 512->10, 64->128). Other kernels (conv,
     pooling, elementwise): one thread, measured faster at 16 rows for the
-    digits CNN's convs (16->32 channels 8x8: 46 us against 55 on two)."""
-    return {"tile_m": 8, "pack_a": 0} if "tile_m" in space and "pack_a" in space else _one_thread(space)
+    digits CNN's convs (16->32 channels 8x8: 46 us against 55 on two).
+    Dense on one thread too below ``PARALLEL_WORK`` at 32 rows."""
+    if "tile_m" in space and "pack_a" in space:
+        return {"tile_m": 8, "pack_a": 0, **_threads(space, workload, 32)}
+    return _one_thread(space)
+
+
+def _many_rows_config(space: dict, workload) -> dict:
+    """Knob values for a kernel serving more than 32 rows: the template's
+    defaults, on one thread when 64 rows are below ``PARALLEL_WORK`` (a
+    layer so small per row that its launch would cost more than its work)."""
+    return _threads(space, workload, 64)
 
 
 #: the entry functions of a module with a symbolic batch, the first whose
 #: ``max_batch`` covers a batch runs it: (name, max_batch, the knob values for
-#: a kernel's template given its knobs, or None for the defaults)
-ENTRIES = (("main_small", 8, _few_rows_config), ("main_some", 32, _some_rows_config), ("main", None, None))
+#: a kernel's template given its knobs and workload)
+ENTRIES = (("main_small", 8, _few_rows_config), ("main_some", 32, _some_rows_config),
+           ("main", None, _many_rows_config))
 
 
 def build_module(graph: Graph, meta: dict, target, dynamic_batch: bool = True) -> tvm.IRModule:
@@ -123,7 +153,8 @@ def build_module(graph: Graph, meta: dict, target, dynamic_batch: bool = True) -
 
 def schedule_kernels(mod: tvm.IRModule, kernels: dict, target, configure=None) -> tvm.IRModule:
     """Schedule every kernel PrimFunc of ``mod`` with kiln's templates: the
-    defaults, or ``configure(knobs)``'s values for the knobs the template declares."""
+    defaults, or ``configure(knobs, workload)``'s values for the knobs the
+    template declares."""
     for gv, func in list(mod.functions_items()):
         node = kernels.get(gv.name_hint)
         if not isinstance(func, tirx.PrimFunc) or node is None:
@@ -132,7 +163,7 @@ def schedule_kernels(mod: tvm.IRModule, kernels: dict, target, configure=None) -
         blocks = _block_names(func)
         head = blocks.index(node.op.name) if node.op.name in blocks else len(blocks) - 1 - len(node.epilogue)
         lowered = schedule(workload, func, blocks[head], target)
-        config = configure(lowered.cfg.space) if configure else {}
+        config = configure(lowered.cfg.space, workload) if configure else {}
         if config:
             lowered = schedule(workload, func, blocks[head], target, config)
         for name in blocks[head + 1:]:
