@@ -192,3 +192,18 @@ def test_every_exported_kernel_keeps_its_noalias_aligned_inner_function():
     assert "@__tvm_ffi_shape_func" in source  # the module has the VM's shape function
     for kernel in [f"dense_packed_{i}{suffix}" for i in (0, 1) for suffix in ("", "_small", "_some")]:
         assert re.search(rf"@{kernel}_compute_\([^)]*ptr noalias [^)]*align 64", source), kernel
+
+
+def test_a_layer_too_small_per_row_runs_on_one_thread():
+    """Threads follow the work of the rows an entry serves: the 784->512
+    layer is parallel in ``main``, the 512->10 one (5K multiply-adds a row)
+    is not; in ``main_some`` the same holds at 32 rows."""
+    from kiln.graph.lower import ENTRIES, schedule_kernels, to_relax
+
+    model = nn.Sequential(nn.Linear(784, 512), nn.ReLU(), nn.Linear(512, 10)).eval()
+    graph = optimize(trace(model, np.zeros((1, 784), "float32")), kiln.cpu())
+    for name, _, configure in ENTRIES[1:]:
+        mod, kernels = to_relax(graph, name)
+        mod = schedule_kernels(mod, kernels, kiln.cpu(), configure)
+        big, small = (mod[k].script() for k in kernels)
+        assert "T.parallel" in big and "T.parallel" not in small, name
