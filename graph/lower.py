@@ -76,7 +76,7 @@ PARALLEL_WORK = 1 << 20
 
 
 def _one_thread(space: dict) -> dict:
-    return {k: 0 for k in space if k == "parallel" or k.endswith("_parallel")}
+    return {k: 0 for k in space if k.split(".")[-1].split("_")[-1] == "parallel"}  # parallel, pad.parallel, x_parallel
 
 
 def _row_work(workload) -> float:
@@ -162,9 +162,12 @@ def schedule_kernels(mod: tvm.IRModule, kernels: dict, target, configure=None) -
         workload = node.op.check([v.shape for v in node.inputs], [v.dtype for v in node.inputs], node.attrs)
         blocks = _block_names(func)
         head = blocks.index(node.op.name) if node.op.name in blocks else len(blocks) - 1 - len(node.epilogue)
-        lowered = schedule(workload, func, blocks[head], target)
-        config = configure(lowered.cfg.space, workload) if configure else {}
-        if config:
+        lowered, config = schedule(workload, func, blocks[head], target), {}
+        for _ in range(3):  # a config can bring knobs of its own (a pad stage's): settle them too
+            wanted = {**config, **configure(lowered.cfg.space, workload)} if configure else {}
+            if wanted == config:
+                break
+            config = wanted
             lowered = schedule(workload, func, blocks[head], target, config)
         for name in blocks[head + 1:]:
             _inline_epilogue(lowered, name, node)
