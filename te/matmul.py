@@ -112,8 +112,7 @@ class Matmul(Op):
     def flops(self, shapes, **attrs):
         batch, m, k, n, _, _ = _matmul_shapes(self.name, *shapes, attrs.get("transpose_a", False),
                                               attrs.get("transpose_b", False))
-        total = 2 * size(batch) * static(m) * static(k) * static(n)
-        return float(total) if isinstance(total, int) else 0.0
+        return _gemm_flops(m, k, n, size(batch))
 
     def gradient(self, g, node):
         a, b = node.inputs
@@ -147,6 +146,12 @@ class Matmul(Op):
         gb = matmul(a2, g2, transpose_a=True)
         return (unbroadcast(ga, a2.shape, a.dtype).reshape(a.shape),
                 unbroadcast(gb, b2.shape, b.dtype).reshape(b.shape))
+
+
+def _gemm_flops(m, k, n, batch=1) -> float:
+    """``2 * batch * M * K * N``; 0 when a dim is symbolic."""
+    total = 2 * batch * static(m) * static(k) * static(n)
+    return float(total) if isinstance(total, int) else 0.0
 
 
 @register
@@ -193,8 +198,7 @@ class Dense(Op):
 
     def flops(self, shapes, **attrs):
         (m, k), (_, n), _ = shapes
-        total = 2 * static(m) * static(k) * static(n)
-        return float(total) if isinstance(total, int) else 0.0
+        return _gemm_flops(m, k, n)
 
     def gradient(self, g, node):
         x, w, b = node.inputs
@@ -289,5 +293,4 @@ class DensePacked(Op):
 
     def flops(self, shapes, **attrs):
         (m, k), _, (n,) = shapes
-        total = 2 * static(m) * static(k) * static(n)
-        return float(total) if isinstance(total, int) else 0.0
+        return _gemm_flops(m, k, n)

@@ -130,7 +130,7 @@ class Op:
         the op and argument, before TVM is ever called.
         """
         try:
-            shapes = [tuple(s) if isinstance(s, list) else s for s in shapes]
+            shapes = list(shapes)
         except TypeError:
             raise ShapeError(f"got {shapes!r}, expected a list of input shapes", op=self.name, arg="shapes") from None
         if self.arity is not None and len(shapes) != self.arity:

@@ -69,11 +69,6 @@ class Workload:
         return digest(self.json)[:20]
 
     @property
-    def static(self) -> bool:
-        """Whether every input dim is a concrete int."""
-        return all(isinstance(d, int) for s in self.shapes for d in s)
-
-    @property
     def name(self) -> str:
         """``matmul(64x32:float32, 32x16:float32)``."""
         sig = ", ".join(f"{shape_str(s)}:{d}" for s, d in zip(self.shapes, self.dtypes))
