@@ -103,13 +103,13 @@ def _some_rows_config(space: dict, workload) -> dict:
     """Knob values for a kernel serving a batch of 9-32. Dense: a register
     tile of 8 rows (the default tall tile pads 16 rows to 24) and no copy of
     the rows (``pack_a``), 1.4-2.5x faster than the defaults for 16 rows of
-    the MLPs' layers (784->512, 512->10, 64->128). Other kernels (conv,
-    pooling, elementwise): one thread, measured faster at 16 rows for the
-    digits CNN's convs (16->32 channels 8x8: 46 us against 55 on two).
-    Dense on one thread too below ``PARALLEL_WORK`` at 32 rows."""
+    the MLPs' layers (784->512, 512->10, 64->128). Every kernel runs on one
+    thread below ``PARALLEL_WORK`` at 16 rows (the digits CNN's 1->16
+    channel conv, its pooling), else in parallel (its 16->32 channel conv at
+    16 rows: 67 us on one thread, 40-60 on two)."""
     if "tile_m" in space and "pack_a" in space:
-        return {"tile_m": 8, "pack_a": 0, **_threads(space, workload, 32)}
-    return _one_thread(space)
+        return {"tile_m": 8, "pack_a": 0, **_threads(space, workload, 16)}
+    return _threads(space, workload, 16)
 
 
 def _many_rows_config(space: dict, workload) -> dict:

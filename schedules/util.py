@@ -85,9 +85,16 @@ def const_int(expr) -> int | None:
     return value if isinstance(value, int) else None
 
 
+def divisors(n: int | None) -> tuple:
+    """The divisors of ``n`` (``(1,)`` for a symbolic or zero ``n``): tile
+    counts for a split with no tail, which would leave an accumulator tile's
+    write-back without its bounds check."""
+    return tuple(d for d in range(1, n + 1) if n % d == 0) if n else (1,)
+
+
 def pow2_floor(n: int) -> int:
     return 1 << (max(1, n).bit_length() - 1)
 
 
 __all__ = ["blocks", "block_name", "is_reduction", "iter_kinds", "extent", "is_output", "try_inline",
-           "fold_consumers", "work", "const_int", "pow2_floor", "tirx"]
+           "fold_consumers", "work", "const_int", "divisors", "pow2_floor", "tirx"]

@@ -176,3 +176,34 @@ def test_padding_runs_inside_each_task_with_pad_at(pad_at):
     want = kiln.te.get_op("conv2d").reference(x, w, **kiln.te.get_op("conv2d").parse_attrs({"padding": 1}))
     np.testing.assert_allclose(kernel(x, w), want, rtol=1e-4, atol=1e-4)
     assert kiln.build("conv2d", [(sym("n"), 16, 8, 8), w.shape], attrs={"padding": 1}).resolved_config()["pad_at"] == 1
+
+
+@pytest.mark.parametrize("layout, x_shape, w_shape, stride", [
+    ("NCHW", (3, 16, 8, 8), (32, 16, 3, 3), 1),
+    ("NCHW", (2, 5, 9, 7), (16, 5, 3, 3), 2),
+    ("NHWC", (2, 8, 6, 5), (3, 3, 5, 16), 1),
+])
+def test_task_rows_computes_the_same_for_every_row_block(layout, x_shape, w_shape, stride):
+    """``task_rows`` gives each parallel task a block of output rows (its
+    padded input rows with it); every divisor of the output height computes
+    what one row per task does."""
+    rng = np.random.default_rng(0)
+    x, w = rng.standard_normal(x_shape).astype("float32"), rng.standard_normal(w_shape).astype("float32")
+    attrs = {"padding": 1, "stride": stride, "layout": layout}
+    op = kiln.te.get_op("conv2d")
+    want = op.reference(x, w, **op.parse_attrs(attrs))
+    height = want.shape[2 if layout == "NCHW" else 1]
+    for rows in [d for d in range(1, height + 1) if height % d == 0]:
+        kernel = kiln.build("conv2d", [(sym("n"), *x_shape[1:]), w.shape], attrs=attrs, config={"task_rows": rows})
+        assert kernel.resolved_config()["task_rows"] == rows
+        np.testing.assert_allclose(kernel(x, w), want, rtol=1e-4, atol=1e-4, err_msg=f"task_rows={rows}")
+
+
+def test_task_rows_default_groups_the_rows_of_a_small_map_only():
+    """A row of an 8x8 map is too little work for a task of its own; a row
+    of ResNet's 56x56 layer is plenty."""
+    small = kiln.build("conv2d", [(sym("n"), 16, 8, 8), (32, 16, 3, 3)], attrs={"padding": 1})
+    assert small.resolved_config()["task_rows"] == 4  # 4 rows x 37K multiply-adds <= TASK_MACS
+    large = CONV.check([(1, 64, 56, 56), (64, 64, 3, 3)], attrs={"padding": 1})
+    from kiln.runtime.lower import lower
+    assert lower(large, kiln.cpu(), {}).cfg.resolved()["task_rows"] == 1

@@ -18,7 +18,14 @@ FMAs for ``tile_ow + tile_oc / lanes`` loads.
 ``unroll_kw`` 1 to unroll the kernel-column loop.
 ``pack_w``    NCHW only: 1 to copy OIHW weights to ``[O / tile_oc, I, KH, KW,
               tile_oc]`` so the channel vector is contiguous (default 1).
-``parallel``  1 to run (batch, channel block, output row) on the thread pool.
+``task_rows`` output rows per parallel task (a divisor of the output height).
+              A task pays a fixed cost (its padded rows, two workspace
+              allocations for the padding and the accumulator tile, its
+              write-back) that one row of a small map does not cover: on
+              8x8 maps a row is 37K multiply-adds for 16 -> 32 channels.
+              Default: the most rows up to ``TASK_MACS`` multiply-adds per
+              task (1 for ResNet-sized rows).
+``parallel``  1 to run (batch, channel block, row block) on the thread pool.
 ``pad_at``    1 to zero-pad each task's input rows inside the task (one
               parallel region per call, the rows still in cache when the
               micro-kernel reads them), 0 for a padding stage of its own.
@@ -49,7 +56,7 @@ from ...te.workload import Workload
 from ..config import Config
 from ..dispatch import NOT_APPLICABLE, NotApplicable, register_template
 from ..generic import schedule_injective
-from ..util import blocks, const_int, extent
+from ..util import blocks, const_int, divisors, extent, work
 
 
 def _default_tiles(channels: int | None, width: int | None, lanes: int, budget: int) -> tuple[int, int]:
@@ -73,6 +80,17 @@ def _divisor_tile(width: int | None, limit: int) -> int:
     if width is None:
         return min(8, limit)
     return max(d for d in range(1, max(1, min(width, limit)) + 1) if width % d == 0)
+
+
+#: multiply-adds a task's rows may add up to by default (``task_rows``): enough
+#: to amortize a task's fixed cost, small enough to leave every thread tasks
+TASK_MACS = 1 << 18
+
+
+def _default_task_rows(height: int | None, row_macs: int) -> int:
+    if height is None:
+        return 1
+    return max(d for d in range(1, height + 1) if height % d == 0 and (d == 1 or d * row_macs <= TASK_MACS))
 
 
 def _budget(lanes: int) -> int:
@@ -131,6 +149,9 @@ def schedule_conv2d(sch, block, cfg: Config) -> NotApplicable | None:
     ow_fit = _divisor_tile(z_ext, max(1, budget // vectors)) if tile_oc != oc_default else ow_default
     tile_ow = cfg.define_knob("tile_ow", tuple(range(1, 17)), default=ow_fit)
     unroll_kw = cfg.define_knob("unroll_kw", (0, 1), default=1)
+    h_ext = const_int(extent(sch, y))
+    row_macs = z_ext * tile_oc * (work(sch, (r1, r2, r3)) or 1)
+    task_rows = cfg.define_knob("task_rows", divisors(h_ext), default=_default_task_rows(h_ext, row_macs))
     pack_w = not packed and cfg.define_knob("pack_w", (0, 1), default=int(nchw)) and nchw
     par = cfg.define_knob("parallel", (0, 1), default=1)
     pad = next((b for b in blocks(sch) if sch.get(b).name_hint.endswith("_pad")), None)
@@ -142,8 +163,12 @@ def schedule_conv2d(sch, block, cfg: Config) -> NotApplicable | None:
                              pad_value=0.0 if o_ext is None or o_ext % tile_oc else None)
     oo, oi = sch.split(o, [None, tile_oc])
     zo, zi = sch.split(z, [None, tile_ow])
+    yo, yi = sch.split(y, [None, task_rows])
     kw_loop = r3 if nchw else r2
-    sch.reorder(n, oo, y, zo, r1, r2, r3, zi, oi) if nchw else sch.reorder(n, y, zo, oo, r1, r2, r3, zi, oi)
+    if nchw:
+        sch.reorder(n, oo, yo, yi, zo, r1, r2, r3, zi, oi)
+    else:
+        sch.reorder(n, yo, yi, zo, oo, r1, r2, r3, zi, oi)
     acc = sch.cache_write(conv, 0, "local")
     sch.reverse_compute_at(acc, zo if nchw else oo)
     if nchw:  # channels innermost in the accumulator tile
@@ -152,12 +177,12 @@ def schedule_conv2d(sch, block, cfg: Config) -> NotApplicable | None:
     sch.unroll(zi)
     if unroll_kw:
         sch.unroll(kw_loop)
-    outer = sch.fuse(n, oo, y) if nchw else sch.fuse(n, y)
+    outer = sch.fuse(n, oo, yo) if nchw else sch.fuse(n, yo)
     if par:
         sch.parallel(outer)
     sch.decompose_reduction(conv, r1)
 
-    own = sch.get_loops(acc)[2 if nchw else 3:]
+    own = sch.get_loops(acc)[3 if nchw else 4:]
     if own:
         sch.vectorize(own[-1])
     if pack_w:

@@ -55,7 +55,7 @@ from __future__ import annotations
 from ..config import Config
 from ..dispatch import register_template
 from ..generic import schedule_injective
-from ..util import blocks, const_int, extent, fold_consumers, is_reduction, try_inline
+from ..util import blocks, const_int, divisors, extent, fold_consumers, is_reduction, try_inline
 
 TILE_M = (1, 2, 3, 4, 5, 6, 7, 8, 12, 16)
 FEW_ROWS = 8             # up to this many rows the default is the GEMV-shaped schedule (``few_rows``)
@@ -91,12 +91,6 @@ def _round_up(x: int, f: int) -> int:
 
 def _k_blocks(k: int, unroll: int) -> list[int]:
     return [d for d in range(unroll, k + 1, unroll) if k % d == 0]
-
-
-def _divisors(n: int | None) -> tuple:
-    """Tiles per task: divisors only, as a split with a tail would leave the
-    write-back of the accumulator tile without its bounds check."""
-    return tuple(d for d in range(1, n + 1) if n % d == 0) if n else (1,)
 
 
 @register_template("cpu", ops=("matmul", "dense", "dense_packed"))
@@ -142,11 +136,11 @@ def schedule_matmul(sch, block, cfg: Config) -> None:
 
     m_tiles = -(-m_ext // tile_m) if m_ext else None
     n_panels = -(-n_ext // tile_n) if n_ext else None
-    block_m = cfg.define_knob("block_m", _divisors(m_tiles),
+    block_m = cfg.define_knob("block_m", divisors(m_tiles),
                               default=_default_block_m(m_tiles, tile_m * k_step * elem, batch_ext, cfg.target.cores))
     row_tasks = _count(batch_ext) * -(-m_tiles // block_m) if m_tiles and None not in batch_ext else None
     row_tasks = row_tasks or (1 if few else None)  # few rows: the columns give the threads their work
-    block_n = cfg.define_knob("block_n", _divisors(n_panels),
+    block_n = cfg.define_knob("block_n", divisors(n_panels),
                               default=_default_block_n(n_panels, row_tasks, cfg.target.cores))
 
     packs = [_pack(sch, red, 0, tile_m, cfg, transposed="transpose_a") if pack_a else None,
@@ -206,7 +200,7 @@ def _default_block_m(m_tiles, row_bytes: int, batch_ext, cores: int) -> int:
     fit = max(1, A_BLOCK_BYTES // max(row_bytes, 1))
     tasks_wanted = 2 * cores if None in batch_ext else -(-2 * cores // _count(batch_ext))
     even = max(1, m_tiles // max(tasks_wanted, 1))  # leave every thread a few tasks when rows allow
-    return max(b for b in _divisors(m_tiles) if b <= min(fit, even))
+    return max(b for b in divisors(m_tiles) if b <= min(fit, even))
 
 
 def _default_block_n(n_panels, row_tasks, cores: int) -> int:
@@ -215,7 +209,7 @@ def _default_block_n(n_panels, row_tasks, cores: int) -> int:
     if row_tasks is None or row_tasks >= 2 * cores:
         return n_panels
     want = -(-2 * cores // row_tasks)  # split the columns too until every thread has work
-    return max(b for b in _divisors(n_panels) if n_panels // b >= want or b == 1)
+    return max(b for b in divisors(n_panels) if n_panels // b >= want or b == 1)
 
 
 def _count(dims) -> int:
