@@ -4,7 +4,8 @@
 ``Graph`` (``graph.trace``), optimizes it — affine chains such as eval
 BatchNorm folded into the conv/dense weights (``graph.fold``), elementwise
 consumers fused into their producers (``graph.fuse``), constant weights
-packed into their kernel's layout (``graph.prepack``) — and lowers it to a
+packed into their kernel's layout (``graph.prepack``), a channel-blocked
+layout carried from convolution to convolution (``graph.layout``) — and lowers it to a
 Relax module of kiln-scheduled kernels (``graph.lower``), compiled with
 ``tvm.compile`` and written as one shared library with ``export_library``.
 
@@ -28,6 +29,7 @@ from ..runtime.device import as_target
 from ..version import __version__
 from .fold import fold_affine
 from .fuse import fuse_epilogues
+from .layout import block_layouts
 from .prepack import prepack_weights
 from .lower import build_module
 from .trace import trace
@@ -36,10 +38,12 @@ FORMAT = "kiln-model-1"
 def optimize(graph, target=None):
     """Run the export passes over ``graph`` in order, in place, and return it:
     fold affine chains into weights, fuse elementwise epilogues, pre-pack
-    constant weights for ``target`` (default the CPU)."""
+    constant weights for ``target`` (default the CPU), carry channel-blocked
+    layouts between the packed convolutions."""
     fold_affine(graph)
     fuse_epilogues(graph)
     prepack_weights(graph, as_target(target))
+    block_layouts(graph)
     return graph
 
 

@@ -30,7 +30,8 @@ def _pack_conv2d(node: Node, target) -> None:
     workload = node.op.check([x.shape, weight.shape], [x.dtype, weight.dtype], node.attrs)
     data = evaluate("pack_conv2d_weight", weight.data, oc=packed_channels(workload, target))
     attrs = {k: v for k, v in node.attrs.items() if k != "layout"}
-    node.op, node.attrs = get_op("conv2d_packed"), {**attrs, "out_channels": int(weight.shape[0])}
+    node.op = get_op("conv2d_packed")
+    node.attrs = node.op.parse_attrs({**attrs, "out_channels": int(weight.shape[0])})
     node.inputs[1] = Value(data.shape, weight.dtype, data=data, name=weight.name + "@packed")
 
 

@@ -192,7 +192,12 @@ class PackConv2dWeight(Op):
 class Conv2dPacked(Op):
     """``conv2d(x, w)`` (NCHW) with w given as ``pack_conv2d_weight``'s blocks
     (B, I, KH, KW, oc) -> (N, out_channels, OH, OW); the blocks' channels past
-    ``out_channels`` are never read."""
+    ``out_channels`` are never read.
+
+    Channel-blocked layouts (``te.layout``): ``in_block=c`` reads x as
+    (N, ceil(I / c), H, W, c); ``out_block=True`` writes the output as
+    (N, B, OH, OW, oc), the weight's own blocks, its channels past
+    ``out_channels`` zero (their weights are)."""
 
     name = "conv2d_packed"
     differentiable = False
@@ -200,32 +205,89 @@ class Conv2dPacked(Op):
     family = "conv2d"
     dtypes = FLOATS
     attrs = {"out_channels": A.Attr(A.positive_int, doc="O, the output channels (the blocks may pad past it)"),
-             "stride": STRIDE, "padding": PADDING, "dilation": DILATION}
+             "stride": STRIDE, "padding": PADDING, "dilation": DILATION,
+             "in_block": A.Attr(A.non_negative_int, default=0, doc="0: x is NCHW; c: x is NCHW[c]c"),
+             "out_block": A.Attr(A.boolean, default=False, doc="write NCHW[oc]c blocks instead of NCHW")}
 
-    def infer_shape(self, x, w, out_channels, stride, padding, dilation):
+    def infer_shape(self, x, w, out_channels, stride, padding, dilation, in_block, out_block):
+        x = _plain_input(self.name, x, w, in_block)
         check_rank4(self.name, x, "x", "NCHW")
         oc = static(w[4]) if len(w) == 5 else None
         if not isinstance(oc, int) or not same_dim(w[0], _blocks(out_channels, oc)):
             raise ShapeError(f"got w {shape_str(w)}, expected (ceil(O / oc), I, KH, KW, oc) blocks of a constant "
                              f"width oc holding O = out_channels = {out_channels} channels", op=self.name, arg="w")
-        return _out_shape(self.name, x, w, (out_channels, *w[1:4]), "NCHW", stride, padding, dilation)
+        n, _, oh, ow = _out_shape(self.name, x, w, (out_channels, *w[1:4]), "NCHW", stride, padding, dilation)
+        return (n, w[0], oh, ow, oc) if out_block else (n, out_channels, oh, ow)
 
     def infer_dtype(self, x, w, **attrs):
         return promote(self.name, x, w)
 
-    def compute(self, x, w, out_channels, stride, padding, dilation):
-        out = self.infer_shape(tuple(x.shape), tuple(w.shape), out_channels, stride, padding, dilation)
+    def compute(self, x, w, out_channels, stride, padding, dilation, in_block, out_block):
+        out = self.infer_shape(tuple(x.shape), tuple(w.shape), out_channels, stride, padding, dilation, in_block,
+                               out_block)
         oc = static(w.shape[4])
-        return _direct(self, x, lambda o, c, y, z: w[o // oc, c, y, z, o % oc], tuple(w.shape[1:4]), out,
-                       promote(self.name, dtype_of(x), dtype_of(w)), "NCHW", stride, padding, dilation)
+        dt = promote(self.name, dtype_of(x), dtype_of(w))
+        tap = lambda o, c, y, z: w[o // oc, c, y, z, o % oc]  # noqa: E731
+        if not (in_block or out_block):
+            return _direct(self, x, tap, tuple(w.shape[1:4]), out, dt, "NCHW", stride, padding, dilation)
+        return _direct_blocked(self, x, w, in_block, out_block, out, dt, stride, padding, dilation)
 
-    def reference(self, x, w, out_channels, stride, padding, dilation):
-        oihw = w.transpose(0, 4, 1, 2, 3).reshape(-1, *w.shape[1:4])[:out_channels]
-        return _conv_nchw(x, oihw, stride, padding, dilation)
+    def reference(self, x, w, out_channels, stride, padding, dilation, in_block, out_block):
+        if in_block:
+            n, b, h, wd, c = x.shape
+            x = x.transpose(0, 1, 4, 2, 3).reshape(n, b * c, h, wd)[:, :w.shape[1]]
+        oihw = w.transpose(0, 4, 1, 2, 3).reshape(-1, *w.shape[1:4])
+        out = _conv_nchw(x, oihw if out_block else oihw[:out_channels], stride, padding, dilation)
+        if not out_block:
+            return out
+        n, o, oh, ow = out.shape
+        return np.ascontiguousarray(out.reshape(n, -1, w.shape[4], oh, ow).transpose(0, 1, 3, 4, 2))
 
     def flops(self, shapes, **attrs):
         x, w = shapes
-        return _flops(self.infer_shape(x, w, **attrs), w[1:4])
+        out = self.infer_shape(x, w, **attrs)
+        return _flops(out, w[1:4])
+
+
+def _plain_input(op: str, x, w, in_block: int) -> tuple:
+    """The NCHW shape a blocked input (N, ceil(I / c), H, W, c) stands for:
+    its I channels are the weight's (the last block's padding is not read)."""
+    if not in_block:
+        return tuple(x)
+    if len(x) != 5 or static(x[4]) != in_block or len(w) != 5 or not same_dim(x[1], _blocks(w[1], in_block)):
+        raise ShapeError(f"got x {shape_str(x)} for w {shape_str(w)}, expected a 5-D NCHW[{in_block}]c tensor "
+                         f"holding the weight's input channels in blocks of in_block={in_block}", op=op, arg="x")
+    return (x[0], w[1], x[2], x[3])
+
+
+def _direct_blocked(op: Op, x, w, in_block: int, out_block: bool, out: tuple, dt: str, stride, padding, dilation):
+    """``_direct`` for blocked layouts: x read as NCHW[in_block]c when
+    ``in_block``, the output written as NCHW[oc]c when ``out_block``; the
+    reduction runs over the weight's I channels only (a blocked input's
+    padding channels are never read)."""
+    (ph, pw), (sh, sw), (dh, dw) = padding, stride, dilation
+    _, ci, kh, kw, oc = (static(d) for d in w.shape)
+    ib = in_block or 1
+    if in_block:
+        n, b, h, wd, c = x.shape
+        xp = te.compute((n, b, h + 2 * ph, wd + 2 * pw, c), lambda i0, i1, i2, i3, i4: tirx.if_then_else(
+            tirx.all(i2 >= ph, i2 < h + ph, i3 >= pw, i3 < wd + pw), x[i0, i1, i2 - ph, i3 - pw, i4],
+            tirx.const(0, x.dtype)), name="conv2d_pad", tag="injective") if ph or pw else x
+        read = lambda n_, c_, y, z: xp[n_, c_ // ib, y, z, c_ % ib]  # noqa: E731
+    else:
+        xp = pad_spatial(x, "NCHW", padding, tirx.const(0, dtype_of(x)), "conv2d_pad")
+        read = lambda n_, c_, y, z: xp[n_, c_, y, z]  # noqa: E731
+    rc, ry, rx = te.reduce_axis((0, ci), "rc"), te.reduce_axis((0, kh), "ry"), te.reduce_axis((0, kw), "rx")
+
+    def value(n_, ob, oi, i, j):
+        xv = read(n_, rc, i * sh + ry * dh, j * sw + rx * dw)
+        return te.sum(xv.astype(dt) * w[ob, rc, ry, rx, oi].astype(dt), axis=[rc, ry, rx])
+
+    if out_block:
+        body = lambda n_, ob, i, j, oi: value(n_, ob, oi, i, j)  # noqa: E731
+    else:
+        body = lambda n_, o, i, j: value(n_, o // oc, o % oc, i, j)  # noqa: E731
+    return te.compute(out, body, name=op.name, tag=op.family)
 
 
 def _out_shape(op: str, x, w, kernel: tuple, layout: str, stride, padding, dilation) -> tuple:

@@ -34,7 +34,7 @@ POOL_ATTRS = {
 
 
 def _axes(layout):
-    return (2, 3) if layout == "NCHW" else (1, 2)
+    return (1, 2) if layout == "NHWC" else (2, 3)  # NCHW, and NCHWc (N, C / c, H, W, c)
 
 
 def _geometry(op, x, kernel, stride, padding, layout):
@@ -304,19 +304,21 @@ class AvgPool2dGrad(_PoolGrad):
 @register
 class GlobalAvgPool2d(Op):
     """Mean over H and W: NCHW (N, C, H, W) -> (N, C, 1, 1), NHWC (N, H, W, C) ->
-    (N, 1, 1, C); ``keepdims=False`` gives (N, C) for both."""
+    (N, 1, 1, C), channel-blocked NCHWc (N, B, H, W, c) -> (N, B, 1, 1, c);
+    ``keepdims=False`` drops H and W."""
 
     name = "global_avg_pool2d"
     grad_inputs = ()
     grad_output = False
     family = "pool"
     dtypes = FLOATS
-    attrs = {"layout": POOL_ATTRS["layout"],
+    attrs = {"layout": A.Attr(A.one_of("NCHW", "NHWC", "NCHWc"), default="NCHW", doc="data layout"),
              "keepdims": A.Attr(A.boolean, default=True, doc="keep H and W as size-1 dims")}
 
     def infer_shape(self, x, layout, keepdims):
-        if len(x) != 4 or any(isinstance(static(x[a]), int) and static(x[a]) < 1 for a in _axes(layout)):
-            raise ShapeError(f"got {shape_str(x)}, expected a 4-D {layout} input with H, W >= 1", op=self.name,
+        rank = 5 if layout == "NCHWc" else 4
+        if len(x) != rank or any(isinstance(static(x[a]), int) and static(x[a]) < 1 for a in _axes(layout)):
+            raise ShapeError(f"got {shape_str(x)}, expected a {rank}-D {layout} input with H, W >= 1", op=self.name,
                              arg="x")
         ha, wa = _axes(layout)
         if not keepdims:
@@ -330,7 +332,8 @@ class GlobalAvgPool2d(Op):
 
         def total(*i):
             rest = iter(v for k, v in enumerate(i) if k not in (ha, wa)) if keepdims else iter(i)
-            return te.sum(x(*[ry if k == ha else rx if k == wa else next(rest) for k in range(4)]), axis=[ry, rx])
+            return te.sum(x(*[ry if k == ha else rx if k == wa else next(rest) for k in range(len(x.shape))]),
+                          axis=[ry, rx])
 
         sums = te.compute(out, total, name="global_avg_pool2d_sum", tag=self.family)
         hw = tirx.Cast(dt, x.shape[ha] * x.shape[wa])

@@ -130,11 +130,16 @@ def schedule_conv2d(sch, block, cfg: Config) -> NotApplicable | None:
     conv = block
     packed = cfg.workload.op.name == "conv2d_packed"  # the weight is already in the pack_w layout
     nchw = packed or cfg.workload.attrs["layout"] == "NCHW"
-    n, a, b, c, r1, r2, r3 = sch.get_loops(conv)
-    # NCHW loops: n, o, y, z | rc, ry, rx.  NHWC loops: n, y, z, o | ry, rx, rc.
-    o, y, z = (a, b, c) if nchw else (c, a, b)
+    blocked = packed and cfg.workload.attrs["out_block"]  # the output is NCHW[oc]c: its channel loop is split
+    if blocked:  # n, o block, y, z, o lane | rc, ry, rx
+        n, oo, y, z, oi, r1, r2, r3 = sch.get_loops(conv)
+        o = None
+    else:  # NCHW: n, o, y, z | rc, ry, rx.  NHWC: n, y, z, o | ry, rx, rc.
+        n, a, b, c, r1, r2, r3 = sch.get_loops(conv)
+        o, y, z = (a, b, c) if nchw else (c, a, b)
     lanes = cfg.target.lanes(str(sch.get(conv).writes[0].source.dtype))
-    o_ext, z_ext = const_int(extent(sch, o)), const_int(extent(sch, z))
+    o_ext = work(sch, (oo, oi)) if blocked else const_int(extent(sch, o))
+    z_ext = const_int(extent(sch, z))
     if o_ext is None or z_ext is None:
         return NOT_APPLICABLE
     budget = _budget(lanes)
@@ -161,7 +166,8 @@ def schedule_conv2d(sch, block, cfg: Config) -> NotApplicable | None:
         pack = sch.cache_read(conv, 1, "global")
         sch.transform_layout(conv, ("read", 1), lambda o_, i, kh, kw: (o_ // tile_oc, i, kh, kw, o_ % tile_oc),
                              pad_value=0.0 if o_ext is None or o_ext % tile_oc else None)
-    oo, oi = sch.split(o, [None, tile_oc])
+    if not blocked:
+        oo, oi = sch.split(o, [None, tile_oc])
     zo, zi = sch.split(z, [None, tile_ow])
     yo, yi = sch.split(y, [None, task_rows])
     kw_loop = r3 if nchw else r2
@@ -171,7 +177,7 @@ def schedule_conv2d(sch, block, cfg: Config) -> NotApplicable | None:
         sch.reorder(n, yo, yi, zo, oo, r1, r2, r3, zi, oi)
     acc = sch.cache_write(conv, 0, "local")
     sch.reverse_compute_at(acc, zo if nchw else oo)
-    if nchw:  # channels innermost in the accumulator tile
+    if nchw and not blocked:  # channels innermost in the accumulator tile (blocks already have them so)
         sch.transform_layout(conv, ("write", 0), lambda n_, o_, y_, z_: (n_, y_, z_, o_))
     sch.vectorize(oi)  # before decompose_reduction (TVM rejects it after)
     sch.unroll(zi)

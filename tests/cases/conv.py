@@ -34,3 +34,16 @@ CASES += [  # inference with a pre-packed weight: blocks of oc output channels, 
     Case("conv2d_packed", [(1, 2, 6, 5), (1, 2, 3, 2, 2)], attrs={"out_channels": 2, "stride": (2, 1),
                                                                   "padding": (1, 0)}),
 ]
+CASES += [  # channel-blocked layouts (NCHW[c]c): the conversions, and a packed conv reading or writing blocks
+    Case("to_blocked", [(2, 20, 3, 4)], attrs={"block": 16}),
+    Case("to_blocked", [(1, 5, 2, 3)], "float64", attrs={"block": 8}),
+    Case("to_blocked", [(1, 32, 2, 2)], attrs={"block": 16}),
+    Case("from_blocked", [(2, 2, 3, 4, 16)], attrs={"channels": 20}),
+    Case("from_blocked", [(1, 1, 2, 3, 8)], "float64", attrs={"channels": 5}),
+    # the input's channels past the weight's I (padding of its last block) are never read
+    Case("conv2d_packed", [(2, 2, 7, 9, 16), (2, 20, 3, 3, 16)],
+         attrs={"out_channels": 20, "stride": 2, "padding": 1, "in_block": 16, "out_block": True}),
+    Case("conv2d_packed", [(1, 1, 6, 5, 8), (1, 3, 3, 2, 4)], "float64", attrs={"out_channels": 3, "in_block": 8}),
+    Case("conv2d_packed", [(2, 16, 8, 8), (2, 16, 3, 3, 16)], attrs={"out_channels": 32, "padding": 1,
+                                                                     "out_block": True}),
+]

@@ -32,4 +32,5 @@ CASES += [
     Case("global_avg_pool2d", [(2, 3, 5, 4)], attrs={"keepdims": False}),
     Case("global_avg_pool2d", [(2, 5, 4, 3)], attrs={"layout": "NHWC", "keepdims": False}),
     Case("global_avg_pool2d", [(4, 64, 7, 7)], grad=False),
+    Case("global_avg_pool2d", [(2, 2, 3, 4, 16)], attrs={"layout": "NCHWc"}),
 ]
