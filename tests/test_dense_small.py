@@ -100,3 +100,20 @@ def test_panels_that_do_not_hold_n_columns_are_a_shape_error():
         kiln.build("dense_packed", [(1, 8), (1, 9, 16), (10,)])
     with pytest.raises(AttrError, match="bn"):
         kiln.build("pack_dense_weight", [(8, 10)], attrs={"bn": 0})
+
+
+def test_a_copy_of_a_is_made_only_for_several_panels_and_stored_a_vector_at_a_time():
+    """pack_a copies a task's rows of A for the B panels that reuse them: none
+    for a single panel (a 10-class layer), and each packed row
+    ``[k, 0:tile_m]`` is one vector store (row-major order made every element
+    a scalar store, 60 us against 9 without the copy for 64 x 512 -> 10)."""
+    narrow = kiln.build("dense", [(64, 512), (512, 10), (10,)])
+    assert narrow.resolved_config()["pack_a"] == 0
+    wide = kiln.build("dense", [(64, 512), (512, 128), (128,)])
+    config = wide.resolved_config()
+    assert config["pack_a"] == 1
+    lines = wide.script().splitlines()
+    at = next(i for i, line in enumerate(lines) if 'sblock("x0' in line and "global" in line)  # the copy of A
+    assert f"T.vectorized({config['tile_m']})" in lines[at - 1], lines[at - 3:at + 1]
+    x, w, b = (np.random.default_rng(0).standard_normal(s).astype("float32") for s in ((64, 512), (512, 128), (128,)))
+    np.testing.assert_allclose(wide(x, w, b), x @ w + b, rtol=1e-4, atol=1e-4)
