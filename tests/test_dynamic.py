@@ -24,7 +24,7 @@ from helpers import as_list, assert_close, random_inputs
 #: conv2d_packed need their weight's static panel/block width (an exported
 #: constant's)
 REFUSE_SYMBOLIC = {"conv2d", "max_pool2d_grad", "avg_pool2d_grad", "broadcast_to", "getitem", "getitem_grad",
-                   "split", "dense_packed", "conv2d_packed"}
+                   "split", "dense_packed", "conv2d_packed", "from_blocked"}  # the last three: a static block width
 
 
 def test_one_symbolic_kernel_serves_every_size_and_stays_vectorized():
