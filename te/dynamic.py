@@ -178,10 +178,10 @@ class MaskedScatter(Op):
                           tag="injective")
 
     def reference(self, values, mask):
-        out = np.zeros(mask.shape, values.dtype)
-        taken = values[:int(mask.sum())]
-        out[tuple(ix[:len(taken)] for ix in np.nonzero(mask))] = taken
-        return out
+        out = np.zeros(mask.size, values.dtype)  # row-major: the flat order (a 0-d mask is one position)
+        where = np.flatnonzero(mask)[:len(values)]
+        out[where] = values[:len(where)]
+        return out.reshape(mask.shape)
 
     def gradient(self, g, node):
         values, mask = node.inputs
