@@ -117,3 +117,24 @@ def test_a_copy_of_a_is_made_only_for_several_panels_and_stored_a_vector_at_a_ti
     assert f"T.vectorized({config['tile_m']})" in lines[at - 1], lines[at - 3:at + 1]
     x, w, b = (np.random.default_rng(0).standard_normal(s).astype("float32") for s in ((64, 512), (512, 128), (128,)))
     np.testing.assert_allclose(wide(x, w, b), x @ w + b, rtol=1e-4, atol=1e-4)
+
+
+def test_a_large_b_is_split_among_the_threads_by_columns():
+    """cols_first (default for a B over COLS_FIRST_BYTES, in parallel): each
+    thread takes 1/cores of B's panels and runs every row against them, so B
+    is read once per call; a small B keeps the split by rows. Both compute
+    the same."""
+    from kiln.schedules.cpu.matmul import COLS_FIRST_BYTES
+
+    n = sym("n")
+    large = kiln.build("dense", [(n, 784), (784, 512), (512,)])
+    assert 784 * 512 * 4 > COLS_FIRST_BYTES
+    config = large.resolved_config()
+    panels = 512 // panel_width(512, "float32", CPU)
+    assert config["cols_first"] == 1 and panels // config["block_n"] >= CPU.cores
+    small = kiln.build("dense", [(n, 64), (64, 128), (128,)])
+    assert small.resolved_config()["cols_first"] == 0
+    x, (w, b) = np.random.default_rng(0).standard_normal((37, 784)).astype("float32"), _weights(784, 512)
+    rows = kiln.build("dense", [(n, 784), (784, 512), (512,)], config={"cols_first": 0})
+    np.testing.assert_allclose(large(x, w, b), x @ w + b, rtol=1e-4, atol=1e-3)
+    np.testing.assert_allclose(rows(x, w, b), large(x, w, b), rtol=1e-5, atol=1e-5)
