@@ -13,13 +13,8 @@
                       is unset, ``TVM_NUM_THREADS`` is read under the same rule.
                       TVM's own default is half the hardware threads — one on a
                       2-core machine — so kiln sets ``TVM_NUM_THREADS`` before
-                      TVM starts its pool. kiln also sets ``TVM_BIND_THREADS=0``
-                      unless it is set: TVM pins each worker to a core of its
-                      own but leaves the calling thread free, and when the OS
-                      puts the caller on a worker's core the two share it
-                      while the worker spins (a batch-1 MLP call measured
-                      0.018 ms unpinned, 0.018-0.05 ms pinned, by where the
-                      caller landed).
+                      TVM starts its pool, and ``TVM_EXCLUDE_WORKER0=0``
+                      unless it is set (``configure_thread_pool`` says why).
 ``KILN_ENGINE``       ``serial`` runs the dependency engine's work inline, in
                       push order (for debugging and comparison); a whole number
                       from 1 to ``max_threads()`` sets its worker threads
@@ -91,7 +86,19 @@ def num_threads() -> int:
 
 
 def configure_thread_pool() -> int | None:
-    """Size TVM's CPU thread pool to the cores, before the pool first starts.
+    """Size TVM's CPU thread pool to the cores, before the pool first starts,
+    and run every share of a parallel kernel on TVM's pinned workers
+    (``TVM_EXCLUDE_WORKER0=0``, unless it is set).
+
+    By default TVM pins each worker to a core of its own and lets the calling
+    thread do the first share, unpinned; when the OS puts the caller on a
+    worker's core, the two share it, and an exported model's call slows by
+    up to 3x for as long as it stays there (a batch-1 784-512-10 MLP: 0.018
+    or 0.05 ms by where the caller landed; unpinned workers did the same).
+    Measured with ``../shared/checks/infer_vs_ort.py``, three runs each: worst
+    row 1.04-1.14x ONNX Runtime with this setting, 1.11-1.79x with unpinned
+    workers; training steps (``train_vs_torch.py``) within the run-to-run
+    spread either way.
 
     TVM reads ``TVM_NUM_THREADS`` lazily, when the first parallel kernel runs,
     so setting it here (at ``import kiln``) is early enough. Returns the count,
@@ -102,8 +109,8 @@ def configure_thread_pool() -> int | None:
     except ConfigError:
         return None
     os.environ["TVM_NUM_THREADS"] = str(n)
-    if _get("TVM_BIND_THREADS") is None:
-        os.environ["TVM_BIND_THREADS"] = "0"
+    if _get("TVM_EXCLUDE_WORKER0") is None:
+        os.environ["TVM_EXCLUDE_WORKER0"] = "0"
     return n
 
 

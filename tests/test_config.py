@@ -85,15 +85,16 @@ def test_configure_thread_pool_leaves_an_invalid_setting_to_first_use(clean_env)
     assert config.configure_thread_pool() == 1 and os.environ["TVM_NUM_THREADS"] == "1"
 
 
-def test_configure_thread_pool_leaves_workers_unpinned_unless_told(clean_env):
+def test_configure_thread_pool_runs_every_share_on_a_pinned_worker_unless_told(clean_env):
     """TVM pins its workers but not the caller, which can then share a
-    worker's core: kiln turns the pinning off unless TVM_BIND_THREADS is set."""
-    clean_env.delenv("TVM_BIND_THREADS", raising=False)
+    worker's core: kiln gives every share to a worker (TVM_EXCLUDE_WORKER0=0)
+    unless the variable is set."""
+    clean_env.delenv("TVM_EXCLUDE_WORKER0", raising=False)
     config.configure_thread_pool()
-    assert os.environ["TVM_BIND_THREADS"] == "0"
-    clean_env.setenv("TVM_BIND_THREADS", "1")
+    assert os.environ["TVM_EXCLUDE_WORKER0"] == "0"
+    clean_env.setenv("TVM_EXCLUDE_WORKER0", "1")
     config.configure_thread_pool()
-    assert os.environ["TVM_BIND_THREADS"] == "1"
+    assert os.environ["TVM_EXCLUDE_WORKER0"] == "1"
 
 
 @pytest.mark.parametrize("name,value", [("KILN_ENGINE", "bogus"), ("KILN_NUM_THREADS", "100000")])
