@@ -24,6 +24,7 @@ from .ir import Graph, Node, Value
 
 CONV = "conv2d_packed"
 POOL = "global_avg_pool2d"
+TO_BLOCKED = get_op("to_blocked")
 
 
 def _block(node: Node) -> int:
@@ -89,12 +90,10 @@ def block_layouts(graph: Graph) -> int:
             node.attrs = {**node.attrs, "in_block": int(static(x.shape[4]))}
         if id(node) in plan:
             block = plan[id(node)]
-            out = node.outputs[0]
-            n, o, oh, ow = out.shape
             node.attrs = {**node.attrs, "out_block": True}
             node.epilogue = [(op, attrs, [_block_operand(graph, node, v, block, converted) for v in others])
                              for op, attrs, others in node.epilogue]
-            out.shape = (n, -(-int(o) // block), oh, ow, block)
+            node.outputs[0].shape = TO_BLOCKED.infer_shape(node.outputs[0].shape, block)
         elif node.op.name == POOL and node.attrs["layout"] == "NCHW" and x is not None and len(x.shape) == 5:
             _pool_blocked(graph, node, int(node.outputs[0].shape[1]))
     return len(plan)
@@ -110,9 +109,8 @@ def _block_operand(graph: Graph, node: Node, v: Value, block: int, converted: di
     if len(v.shape) == 5:
         return v
     if id(v) not in converted:
-        n, c, h, w = v.shape
-        out = Value((n, -(-int(c) // block), h, w, block), v.dtype, name=v.name + "@blocked")
-        convert = Node(get_op("to_blocked"), {"block": block}, [v], [out])
+        out = Value(TO_BLOCKED.infer_shape(v.shape, block), v.dtype, name=v.name + "@blocked")
+        convert = Node(TO_BLOCKED, {"block": block}, [v], [out])
         out.node = convert
         graph.nodes.insert(graph.nodes.index(node), convert)
         converted[id(v)] = out
@@ -123,7 +121,7 @@ def _pool_blocked(graph: Graph, node: Node, channels: int) -> None:
     """Pool in the blocked layout, then ``from_blocked`` its 1x1 output back to NCHW."""
     x, nchw = node.inputs[0], node.outputs[0]
     node.attrs = {**node.attrs, "layout": "NCHWc"}
-    pooled = Value((x.shape[0], x.shape[1], 1, 1, x.shape[4]), nchw.dtype, node=node, name=nchw.name + "@blocked")
+    pooled = Value(node.op.infer_shape(x.shape, **node.attrs), nchw.dtype, node=node, name=nchw.name + "@blocked")
     node.outputs = [pooled]
     back = Node(get_op("from_blocked"), {"channels": channels}, [pooled], [nchw])
     nchw.node = back

@@ -25,6 +25,7 @@ from tvm import te, tirx
 from ..errors import ShapeError
 from . import attrs as A
 from .grad import as_dtype
+from .layout import blocked_array, blocks, plain_array
 from .oprefs import op_ref
 from .registry import Op, register
 from .shapes import FLOATS, dtype_of, is_static, promote, same_dim, shape_str, size, static
@@ -72,14 +73,16 @@ def window_out(op: str, dim, kernel: int, stride: int, pad: int, dilation: int =
 
 
 def pad_spatial(x, layout: str, padding: tuple, fill, name: str):
-    """``x`` with ``padding`` rows/columns of ``fill`` on both sides of H and W;
-    ``x`` itself when there is no padding."""
+    """``x`` (4-D in ``layout``, or NCHW[c]c with layout ``NCHW``) with
+    ``padding`` rows/columns of ``fill`` on both sides of H and W; ``x``
+    itself when there is no padding."""
     ph, pw = padding
     if not (ph or pw):
         return x
-    n, c, h, w = split_nchw(tuple(x.shape), layout)
-    ha, wa = spatial_axes(layout)
-    shape = join_nchw(layout, n, c, h + 2 * ph, w + 2 * pw)
+    ha, wa = spatial_axes(layout)  # NCHW's also hold for a blocked (N, C / c, H, W, c)
+    shape = list(x.shape)
+    h, w = shape[ha], shape[wa]
+    shape[ha], shape[wa] = h + 2 * ph, w + 2 * pw
 
     def body(*i):
         inside = tirx.all(i[ha] >= ph, i[ha] < h + ph, i[wa] >= pw, i[wa] < w + pw)
@@ -133,7 +136,9 @@ class Conv2d(Op):
         out = self.infer_shape(tuple(x.shape), tuple(w.shape), layout, stride, padding, dilation)
         dt = promote(self.name, dtype_of(x), dtype_of(w))
         tap = (lambda o, c, y, z: w[o, c, y, z]) if layout == "NCHW" else (lambda o, c, y, z: w[y, z, c, o])
-        return _direct(self, x, tap, _kernel_dims(tuple(w.shape), layout)[1:], out, dt, layout, stride, padding,
+        xp = pad_spatial(x, layout, padding, tirx.const(0, dtype_of(x)), "conv2d_pad")
+        return _direct(self, lambda n, c, y, z: xp(*join_nchw(layout, n, c, y, z)), tap,
+                       _kernel_dims(tuple(w.shape), layout)[1:], out, dt, lambda idx: split_nchw(idx, layout), stride,
                        dilation)
 
     def reference(self, x, w, layout, stride, padding, dilation):
@@ -151,12 +156,6 @@ class Conv2d(Op):
         return as_dtype(_grad_x(g, x, w, **node.attrs), x.dtype), as_dtype(_grad_w(g, x, w, **node.attrs), w.dtype)
 
 
-def _blocks(o, oc: int):
-    """Blocks of ``oc`` channels that hold ``o`` channels (the last one zero-padded)."""
-    value = static(o)
-    return -(-value // oc) if isinstance(value, int) else (o + oc - 1) // oc
-
-
 @register
 class PackConv2dWeight(Op):
     """An OIHW conv2d weight (O, I, KH, KW) as channel blocks
@@ -170,7 +169,7 @@ class PackConv2dWeight(Op):
 
     def infer_shape(self, w, oc):
         check_rank4(self.name, w, "w", "OIHW")
-        return (_blocks(w[0], oc), *w[1:], oc)
+        return (blocks(w[0], oc), *w[1:], oc)
 
     def compute(self, w, oc):
         o = w.shape[0]
@@ -183,7 +182,7 @@ class PackConv2dWeight(Op):
 
     def reference(self, w, oc):
         o = w.shape[0]
-        padded = np.zeros((_blocks(o, oc) * oc, *w.shape[1:]), w.dtype)
+        padded = np.zeros((blocks(o, oc) * oc, *w.shape[1:]), w.dtype)
         padded[:o] = w
         return np.ascontiguousarray(padded.reshape(-1, oc, *w.shape[1:]).transpose(0, 2, 3, 4, 1))
 
@@ -213,7 +212,7 @@ class Conv2dPacked(Op):
         x = _plain_input(self.name, x, w, in_block)
         check_rank4(self.name, x, "x", "NCHW")
         oc = static(w[4]) if len(w) == 5 else None
-        if not isinstance(oc, int) or not same_dim(w[0], _blocks(out_channels, oc)):
+        if not isinstance(oc, int) or not same_dim(w[0], blocks(out_channels, oc)):
             raise ShapeError(f"got w {shape_str(w)}, expected (ceil(O / oc), I, KH, KW, oc) blocks of a constant "
                              f"width oc holding O = out_channels = {out_channels} channels", op=self.name, arg="w")
         n, _, oh, ow = _out_shape(self.name, x, w, (out_channels, *w[1:4]), "NCHW", stride, padding, dilation)
@@ -226,27 +225,26 @@ class Conv2dPacked(Op):
         out = self.infer_shape(tuple(x.shape), tuple(w.shape), out_channels, stride, padding, dilation, in_block,
                                out_block)
         oc = static(w.shape[4])
-        dt = promote(self.name, dtype_of(x), dtype_of(w))
-        tap = lambda o, c, y, z: w[o // oc, c, y, z, o % oc]  # noqa: E731
-        if not (in_block or out_block):
-            return _direct(self, x, tap, tuple(w.shape[1:4]), out, dt, "NCHW", stride, padding, dilation)
-        return _direct_blocked(self, x, w, in_block, out_block, out, dt, stride, padding, dilation)
+        xp = pad_spatial(x, "NCHW", padding, tirx.const(0, dtype_of(x)), "conv2d_pad")
+        # a blocked input's padding channels are never read: the reduction runs over the weight's I
+        read = (lambda n, c, y, z: xp[n, c // in_block, y, z, c % in_block]) if in_block else \
+            (lambda n, c, y, z: xp[n, c, y, z])
+        # an output channel is (block, lane): the output's own axes 1 and 4 when blocked
+        split = (lambda i: (i[0], (i[1], i[4]), i[2], i[3])) if out_block else \
+            (lambda i: (i[0], (i[1] // oc, i[1] % oc), i[2], i[3]))
+        return _direct(self, read, lambda o, c, y, z: w[o[0], c, y, z, o[1]], tuple(w.shape[1:4]), out,
+                       promote(self.name, dtype_of(x), dtype_of(w)), split, stride, dilation)
 
     def reference(self, x, w, out_channels, stride, padding, dilation, in_block, out_block):
-        if in_block:
-            n, b, h, wd, c = x.shape
-            x = x.transpose(0, 1, 4, 2, 3).reshape(n, b * c, h, wd)[:, :w.shape[1]]
-        oihw = w.transpose(0, 4, 1, 2, 3).reshape(-1, *w.shape[1:4])
-        out = _conv_nchw(x, oihw if out_block else oihw[:out_channels], stride, padding, dilation)
-        if not out_block:
-            return out
-        n, o, oh, ow = out.shape
-        return np.ascontiguousarray(out.reshape(n, -1, w.shape[4], oh, ow).transpose(0, 1, 3, 4, 2))
+        x = plain_array(x, w.shape[1]) if in_block else x
+        oihw = w.transpose(0, 4, 1, 2, 3).reshape(-1, *w.shape[1:4])  # every channel of the blocks
+        if out_block:
+            return blocked_array(_conv_nchw(x, oihw, stride, padding, dilation), w.shape[4])
+        return _conv_nchw(x, oihw[:out_channels], stride, padding, dilation)
 
     def flops(self, shapes, **attrs):
         x, w = shapes
-        out = self.infer_shape(x, w, **attrs)
-        return _flops(out, w[1:4])
+        return _flops(self.infer_shape(x, w, **attrs), w[1:4])
 
 
 def _plain_input(op: str, x, w, in_block: int) -> tuple:
@@ -254,40 +252,10 @@ def _plain_input(op: str, x, w, in_block: int) -> tuple:
     its I channels are the weight's (the last block's padding is not read)."""
     if not in_block:
         return tuple(x)
-    if len(x) != 5 or static(x[4]) != in_block or len(w) != 5 or not same_dim(x[1], _blocks(w[1], in_block)):
+    if len(x) != 5 or static(x[4]) != in_block or len(w) != 5 or not same_dim(x[1], blocks(w[1], in_block)):
         raise ShapeError(f"got x {shape_str(x)} for w {shape_str(w)}, expected a 5-D NCHW[{in_block}]c tensor "
                          f"holding the weight's input channels in blocks of in_block={in_block}", op=op, arg="x")
     return (x[0], w[1], x[2], x[3])
-
-
-def _direct_blocked(op: Op, x, w, in_block: int, out_block: bool, out: tuple, dt: str, stride, padding, dilation):
-    """``_direct`` for blocked layouts: x read as NCHW[in_block]c when
-    ``in_block``, the output written as NCHW[oc]c when ``out_block``; the
-    reduction runs over the weight's I channels only (a blocked input's
-    padding channels are never read)."""
-    (ph, pw), (sh, sw), (dh, dw) = padding, stride, dilation
-    _, ci, kh, kw, oc = (static(d) for d in w.shape)
-    ib = in_block or 1
-    if in_block:
-        n, b, h, wd, c = x.shape
-        xp = te.compute((n, b, h + 2 * ph, wd + 2 * pw, c), lambda i0, i1, i2, i3, i4: tirx.if_then_else(
-            tirx.all(i2 >= ph, i2 < h + ph, i3 >= pw, i3 < wd + pw), x[i0, i1, i2 - ph, i3 - pw, i4],
-            tirx.const(0, x.dtype)), name="conv2d_pad", tag="injective") if ph or pw else x
-        read = lambda n_, c_, y, z: xp[n_, c_ // ib, y, z, c_ % ib]  # noqa: E731
-    else:
-        xp = pad_spatial(x, "NCHW", padding, tirx.const(0, dtype_of(x)), "conv2d_pad")
-        read = lambda n_, c_, y, z: xp[n_, c_, y, z]  # noqa: E731
-    rc, ry, rx = te.reduce_axis((0, ci), "rc"), te.reduce_axis((0, kh), "ry"), te.reduce_axis((0, kw), "rx")
-
-    def value(n_, ob, oi, i, j):
-        xv = read(n_, rc, i * sh + ry * dh, j * sw + rx * dw)
-        return te.sum(xv.astype(dt) * w[ob, rc, ry, rx, oi].astype(dt), axis=[rc, ry, rx])
-
-    if out_block:
-        body = lambda n_, ob, i, j, oi: value(n_, ob, oi, i, j)  # noqa: E731
-    else:
-        body = lambda n_, o, i, j: value(n_, o // oc, o % oc, i, j)  # noqa: E731
-    return te.compute(out, body, name=op.name, tag=op.family)
 
 
 def _out_shape(op: str, x, w, kernel: tuple, layout: str, stride, padding, dilation) -> tuple:
@@ -305,18 +273,20 @@ def _out_shape(op: str, x, w, kernel: tuple, layout: str, stride, padding, dilat
     return join_nchw(layout, n, o, oh, ow)
 
 
-def _direct(op: Op, x, tap, kernel: tuple, out: tuple, dt: str, layout: str, stride, padding, dilation):
-    """The direct convolution of ``x`` (zero-padded by ``conv2d_pad``) with the
-    weight ``tap(o, c, ky, kx)`` over ``kernel = (I, KH, KW)``: the one TE body
-    behind ``conv2d`` and ``conv2d_packed``, which differ only in where a tap lives."""
-    xp = pad_spatial(x, layout, padding, tirx.const(0, dtype_of(x)), "conv2d_pad")
+def _direct(op: Op, read, tap, kernel: tuple, out: tuple, dt: str, split, stride, dilation):
+    """The direct convolution producing ``out``: the one TE body behind
+    ``conv2d`` and ``conv2d_packed``, which differ only in where a value
+    lives. ``read(n, c, y, x)`` is the zero-padded input (``conv2d_pad``),
+    ``tap(o, c, ky, kx)`` the weight over ``kernel = (I, KH, KW)``, and
+    ``split(index)`` an output index as ``(n, o, y, x)``, ``o`` whatever
+    ``tap`` takes."""
     ci, kh, kw = kernel
     rc, ry, rx = te.reduce_axis((0, ci), "rc"), te.reduce_axis((0, kh), "ry"), te.reduce_axis((0, kw), "rx")
     (sh, sw), (dh, dw) = stride, dilation
 
     def body(*idx):
-        n, o, i, j = split_nchw(idx, layout)
-        xv = xp(*join_nchw(layout, n, rc, i * sh + ry * dh, j * sw + rx * dw))
+        n, o, i, j = split(idx)
+        xv = read(n, rc, i * sh + ry * dh, j * sw + rx * dw)
         return te.sum(xv.astype(dt) * tap(o, rc, ry, rx).astype(dt), axis=[rc, ry, rx])
 
     return te.compute(out, body, name=op.name, tag=op.family)

@@ -30,6 +30,20 @@ def blocks(channels, block: int):
     return -(-value // block) if isinstance(value, int) else (channels + block - 1) // block
 
 
+def blocked_array(x: np.ndarray, block: int) -> np.ndarray:
+    """numpy's ``to_blocked``: (N, C, H, W) -> (N, ceil(C / block), H, W, block)."""
+    n, c, h, w = x.shape
+    padded = np.zeros((n, blocks(c, block) * block, h, w), x.dtype)
+    padded[:, :c] = x
+    return np.ascontiguousarray(padded.reshape(n, blocks(c, block), block, h, w).transpose(0, 1, 3, 4, 2))
+
+
+def plain_array(x: np.ndarray, channels: int) -> np.ndarray:
+    """numpy's ``from_blocked``: (N, B, H, W, c) -> (N, channels, H, W)."""
+    n, b, h, w, c = x.shape
+    return np.ascontiguousarray(x.transpose(0, 1, 4, 2, 3).reshape(n, b * c, h, w)[:, :channels])
+
+
 @register
 class ToBlocked(Op):
     """(N, C, H, W) -> (N, ceil(C / block), H, W, block); channels past C are 0."""
@@ -55,10 +69,7 @@ class ToBlocked(Op):
         return te.compute(self.infer_shape(tuple(x.shape), block), body, name=self.name, tag="injective")
 
     def reference(self, x, block):
-        n, c, h, w = x.shape
-        padded = np.zeros((n, blocks(c, block) * block, h, w), x.dtype)
-        padded[:, :c] = x
-        return np.ascontiguousarray(padded.reshape(n, blocks(c, block), block, h, w).transpose(0, 1, 3, 4, 2))
+        return blocked_array(x, block)
 
     def gradient(self, g, node):
         return (from_blocked(g, channels=static(node.inputs[0].shape[1])),)
@@ -88,8 +99,7 @@ class FromBlocked(Op):
                           lambda n, c, y, z: x[n, c // block, y, z, c % block], name=self.name, tag="injective")
 
     def reference(self, x, channels):
-        n, b, h, w, c = x.shape
-        return np.ascontiguousarray(x.transpose(0, 1, 4, 2, 3).reshape(n, b * c, h, w)[:, :channels])
+        return plain_array(x, channels)
 
     def gradient(self, g, node):
         return (to_blocked(g, block=static(node.inputs[0].shape[4])),)

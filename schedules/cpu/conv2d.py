@@ -133,7 +133,6 @@ def schedule_conv2d(sch, block, cfg: Config) -> NotApplicable | None:
     blocked = packed and cfg.workload.attrs["out_block"]  # the output is NCHW[oc]c: its channel loop is split
     if blocked:  # n, o block, y, z, o lane | rc, ry, rx
         n, oo, y, z, oi, r1, r2, r3 = sch.get_loops(conv)
-        o = None
     else:  # NCHW: n, o, y, z | rc, ry, rx.  NHWC: n, y, z, o | ry, rx, rc.
         n, a, b, c, r1, r2, r3 = sch.get_loops(conv)
         o, y, z = (a, b, c) if nchw else (c, a, b)
