@@ -40,6 +40,11 @@ from ..te.value import ValueOps
 from .autograd import (_Node, _record, _topological, grad_enabled, keep_all_for_backward,  # noqa: F401
                        no_grad, saved_bytes)
 
+def _meta(array) -> tuple:
+    """``(dims, dtype, None)`` of a TVM tensor: a Tensor's shape and dtype, read once."""
+    return tuple(int(d) for d in array.shape), str(array.dtype), None
+
+
 def _to_device(data, dtype=None) -> tvm.runtime.Tensor:
     try:
         dtype = None if dtype is None else np.dtype(dtype)
@@ -86,7 +91,7 @@ class Tensor(ValueOps):
         self._array = _to_device(source, dtype)
         self._var = _engine.default().new_var()
         self._node, self._index = None, 0
-        self._shape = None  # (dims, dtype, op name) only where _array is None: see _wrap
+        self._shape = _meta(self._array)
         self.requires_grad = bool(requires_grad)
         if self.requires_grad and not self.dtype.startswith("float"):
             raise DTypeError(f"got {self.dtype}, expected a float dtype: only float tensors have gradients",
@@ -95,43 +100,48 @@ class Tensor(ValueOps):
 
     @classmethod
     def _wrap(cls, array, var, node=None, index=0, requires_grad=False, shape=None) -> "Tensor":
-        """A Tensor over an array; ``array=None`` (with ``shape``: ``(dims,
-        dtype, name of the op that saved it)``) is a value autograd did not
-        keep, which may not be read."""
+        """A Tensor over an array. ``shape`` is ``(dims, dtype, name of the op
+        that made or saved it)`` (read from ``array`` when not given);
+        ``array=None`` is a value autograd did not keep, which may not be read."""
         t = cls.__new__(cls)
-        t._array, t._var, t._node, t._index, t._shape = array, var, node, index, shape
+        t._array, t._var, t._node, t._index = array, var, node, index
+        t._shape = shape if shape is not None else _meta(array)
         t.requires_grad, t.grad = requires_grad, None
         return t
 
     # -- applying ops -------------------------------------------------------------
     @classmethod
     def _kiln_apply(cls, op, inputs, attrs, out: "Tensor | None" = None):
+        # the path of every eager op: after the first call of a signature, dict lookups and the launch
         tensors = [v if isinstance(v, Tensor) else Tensor(v) for v in inputs]
         for t in tensors:
             if t._array is None:
                 raise GradError(f"a gradient read a value of '{t._shape[2]}' that the op does not declare "
                                 f"in grad_inputs/grad_output (while applying '{op.name}')", op=t._shape[2],
                                 arg="grad_inputs")
-        shapes, site = tuple(t.shape for t in tensors), _pool.current_site()
-        kernel, small = site.kernel(op, shapes, tuple(t.dtype for t in tensors), attrs)
-        specs = kernel.output_specs(shapes)
+        site = _pool.current_site()
+        found = site.dispatch(op, tuple(t._shape[0] for t in tensors), tuple(t._shape[1] for t in tensors), attrs)
+        specs, engine = found.specs, _engine.default()
         if out is not None:
             _check_inplace(op, tensors, out, specs)
             arrays, variables = [out._array], [out._var]
         else:
-            arrays = [tvm.runtime.empty(s, d, cpu().device()) for s, d in specs]
-            variables = [_engine.default().new_var() for _ in specs]
+            arrays = found.outputs()
+            variables = [engine.new_var() for _ in specs]
         ins = [t._array for t in tensors]
-        _engine.default().push(lambda: kernel.launch(ins, arrays), reads=[t._var for t in tensors],
-                               writes=variables, name=op.name, small=small)
+        engine.push(lambda: found.launch(ins, arrays), reads=[t._var for t in tensors], writes=variables,
+                    name=op.name, small=found.small)
         if out is not None:
             return out
         if op.data_dependent:  # its length is known once it has run: wait for it
-            _engine.default().wait_for_var(variables[1])
-            arrays, variables, specs = [actual_rows(*arrays)], variables[:1], specs[:1]
-        record = grad_enabled() and op.differentiable and any(t.requires_grad for t in tensors)
-        node = _record(op, kernel.attrs, tensors, arrays, variables, specs, site) if record else None
-        outs = [cls._wrap(a, v, node, i, record) for i, (a, v) in enumerate(zip(arrays, variables))]
+            engine.wait_for_var(variables[1])
+            arrays, variables = [actual_rows(*arrays)], variables[:1]
+            specs = [(tuple(int(d) for d in arrays[0].shape), specs[0][1])]
+        record = op.differentiable and any(t.requires_grad for t in tensors) and grad_enabled()
+        node = _record(op, found.kernel.attrs, tensors, arrays, variables, specs, site) if record else None
+        name = op.name
+        outs = [cls._wrap(a, v, node, i, record, (s, d, name))
+                for i, (a, v, (s, d)) in enumerate(zip(arrays, variables, specs))]
         return outs if op.multi_output else outs[0]
 
     def apply_(self, op_name: str, *others, **attrs) -> "Tensor":
@@ -146,11 +156,11 @@ class Tensor(ValueOps):
     # -- data -------------------------------------------------------------------
     @property
     def shape(self) -> tuple:
-        return tuple(int(d) for d in self._array.shape) if self._array is not None else self._shape[0]
+        return self._shape[0]
 
     @property
     def dtype(self) -> str:
-        return str(self._array.dtype) if self._array is not None else self._shape[1]
+        return self._shape[1]
 
     ndim = property(lambda self: len(self.shape))
 
@@ -174,10 +184,10 @@ class Tensor(ValueOps):
         if value.shape != self.shape or value.dtype != self.dtype:
             raise ShapeError(f"got {value.shape}:{value.dtype}, expected {self.shape}:{self.dtype}",
                              op="Tensor", arg="data")
-        self._array, self._var = value._array, value._var
+        self._array, self._var, self._shape = value._array, value._var, value._shape
 
     def detach(self) -> "Tensor":
-        return Tensor._wrap(self._array, self._var)
+        return Tensor._wrap(self._array, self._var, shape=self._shape)
 
     def wait(self) -> "Tensor":
         """Block until every pushed op writing this tensor has run (raising its error)."""

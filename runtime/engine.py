@@ -29,7 +29,6 @@ engine never looks inside it.
 """
 from __future__ import annotations
 
-import itertools
 import threading
 from concurrent.futures import ThreadPoolExecutor
 from typing import Callable, Iterable
@@ -44,14 +43,18 @@ class EngineError(KilnError):
 class Var:
     """A variable: ops on it are ordered by the engine. Create with ``new_var``."""
 
-    __slots__ = ("name", "_last_write", "_reads", "_error", "_deleted", "__weakref__")
+    __slots__ = ("_name", "_last_write", "_reads", "_error", "_deleted", "__weakref__")
 
-    def __init__(self, name: str):
-        self.name = name
+    def __init__(self, name: str | None = None):
+        self._name = name  # None: named by its identity, when a message needs it (most vars never do)
         self._last_write: _Op | None = None   # the last pushed writer not yet finished
         self._reads: list[_Op] = []           # readers pushed since that writer
         self._error: BaseException | None = None
         self._deleted = False
+
+    @property
+    def name(self) -> str:
+        return self._name or f"v{id(self):x}"
 
     def __repr__(self) -> str:
         return f"<engine var {self.name}>"
@@ -86,12 +89,12 @@ class Engine:
         self._lock = threading.Lock()
         self._idle = threading.Condition(self._lock)
         self._running = 0          # pushed and not finished
+        self._waiting = 0          # threads in wait_for_all
         self._errors: list[BaseException] = []
-        self._ids = itertools.count()
 
     # -- variables ------------------------------------------------------------------
     def new_var(self, name: str | None = None) -> Var:
-        return Var(name or f"v{next(self._ids)}")
+        return Var(name)
 
     def delete_var(self, var: Var, on_delete: Callable[[], None] | None = None) -> None:
         """Retire ``var`` once everything pushed before that touches it is done
@@ -123,7 +126,7 @@ class Engine:
               on_complete=None, inline: bool = False) -> None:
         inputs = tuple(dict.fromkeys(reads))
         writes = tuple(dict.fromkeys(writes))
-        reads = tuple(v for v in inputs if v not in writes)  # a read-write var orders as a write
+        reads = tuple(v for v in inputs if v not in writes) if writes else inputs  # a read-write orders as a write
         op = _Op(fn, reads, writes, inputs, kind, is_async, on_complete, name)
         with self._lock:
             if kind != WAIT:
@@ -143,7 +146,7 @@ class Engine:
                     deps.append(v._last_write)
                 deps.extend(v._reads)
                 v._last_write, v._reads = op, []
-            for dep in dict.fromkeys(deps):
+            for dep in dict.fromkeys(deps) if len(deps) > 1 else deps:
                 if not dep.done:
                     dep.dependents.append(op)
                     op.pending += 1
@@ -162,10 +165,11 @@ class Engine:
             self._pool.submit(self._run, op)
 
     def _run(self, op: _Op) -> None:
-        upstream = None if op.kind == WAIT else next((v._error for v in op.inputs if v._error is not None), None)
-        if upstream is not None:  # an input carries an error: skip, pass the error on
-            self._finish(op, upstream, ran=False)
-            return
+        if op.kind != WAIT:
+            for v in op.inputs:
+                if v._error is not None:  # an input carries an error: skip, pass the error on
+                    self._finish(op, v._error, ran=False)
+                    return
         if not op.is_async:
             try:
                 op.fn()
@@ -212,7 +216,8 @@ class Engine:
             op.dependents = []
             op.fn = op.on_complete = None  # drop closures (and the memory they hold) at once
             self._running -= 1
-            self._idle.notify_all()
+            if not self._running and self._waiting:  # wait_for_all waits for this
+                self._idle.notify_all()
         for dep in ready:
             self._start(dep)
 
@@ -233,8 +238,12 @@ class Engine:
         """Block until everything pushed so far is done; raise the first error
         raised since the last ``wait_for_all`` (the others are dropped)."""
         with self._lock:
-            while self._running:
-                self._idle.wait()
+            self._waiting += 1
+            try:
+                while self._running:
+                    self._idle.wait()
+            finally:
+                self._waiting -= 1
             errors, self._errors = self._errors, []
         if errors:
             raise errors[0]

@@ -88,11 +88,12 @@ class Kernel:
         self._bind(shapes)
         return list(zip(self._out_shapes(shapes), self.out_dtypes))
 
-    def launch(self, inputs, outputs) -> None:
+    def launch(self, inputs, outputs, checked: bool = False) -> None:
         """Run on device tensors, writing ``outputs`` (allocated by the caller,
         e.g. with ``output_specs``; an output may be an input's memory when the
-        op declares ``inplace``). No checks beyond the kernel's own."""
-        if all(size(tuple(o.shape)) > 0 for o in outputs):
+        op declares ``inplace``). No checks beyond the kernel's own;
+        ``checked``: the caller knows no output is empty."""
+        if checked or all(size(tuple(o.shape)) > 0 for o in outputs):
             try:
                 self._func(*inputs, *outputs)
             except Exception as exc:  # noqa: BLE001 - TVM raises C++-backed errors

@@ -30,12 +30,15 @@ import threading
 import weakref
 
 import numpy as np
+import tvm_ffi
+from tvm.runtime import _ffi_api
 
 from ..errors import AttrError, KilnError
 from ..te import sym
 from .build import build
 
 SPECIALIZE_LIMIT = 4
+_ALLOC = _ffi_api.TVMTensorAllocWithScope  # tvm.runtime.empty without its conversions
 #: below this much work a kernel runs in the pushing thread when its inputs are
 #: ready (a thread hand-off costs more); above it, it runs on the engine's pool
 SMALL_FLOPS, SMALL_ELEMENTS = 4e6, 1 << 18
@@ -88,9 +91,9 @@ class KernelPool:
             sites = list(self._weak_sites.values()) + list(self._sites.values())
         found = {}
         for site in sites:
-            for key, (kernel, _) in list(site._memo.items()):
+            for key, entry in list(site._memo.items()):
                 if op is None or key[0] == op:
-                    found.setdefault(id(kernel), kernel)
+                    found.setdefault(id(entry.kernel), entry.kernel)
         return list(found.values())
 
     def __deepcopy__(self, memo) -> "KernelPool":
@@ -103,8 +106,34 @@ class KernelPool:
         return f"KernelPool(specialize_limit={self.specialize_limit}, sites={len(self._weak_sites) + len(self._sites)})"
 
 
+class Dispatch:
+    """What a site knows of one signature, so that a second call does no
+    lookup, shape inference or conversion: the ``kernel``, whether the work is
+    ``small`` (the engine runs it inline), the output ``specs`` (``(shape,
+    dtype)`` each), and the outputs' shape and dtype as TVM objects for
+    ``outputs()`` (making them from tuples costs several microseconds)."""
+
+    __slots__ = ("kernel", "small", "specs", "empty", "_alloc", "_device")
+
+    def __init__(self, kernel, small: bool, shapes):
+        self.kernel, self.small = kernel, small
+        self.specs = kernel.output_specs(shapes)
+        self.empty = any(0 in s for s, _ in self.specs)  # nothing to compute: the kernel is never called
+        self._alloc = [(tvm_ffi.Shape(s), tvm_ffi.dtype(d)) for s, d in self.specs]
+        self._device = kernel.target.device()
+
+    def outputs(self) -> list:
+        """Fresh, uninitialized output tensors."""
+        return [_ALLOC(shape, dtype, self._device, None) for shape, dtype in self._alloc]
+
+    def launch(self, inputs, outputs) -> None:
+        """Run the kernel on device tensors of this signature."""
+        if not self.empty:
+            self.kernel.launch(inputs, outputs, checked=True)
+
+
 class Site:
-    """One site of a pool: its memo (signature -> ``(kernel, small)``) and the
+    """One site of a pool: its memo (signature -> ``Dispatch``) and the
     shapes each op family was first compiled for. Made by ``KernelPool.site``."""
 
     __slots__ = ("pool", "_memo", "_seen")
@@ -116,28 +145,38 @@ class Site:
 
     def kernel(self, op, shapes: tuple, dtypes: tuple, attrs: dict) -> tuple:
         """``(kernel, small)`` for ``op`` on inputs of ``shapes`` (tuples of ints)
+        and ``dtypes`` (see ``dispatch``)."""
+        found = self.dispatch(op, shapes, dtypes, attrs)
+        return found.kernel, found.small
+
+    def dispatch(self, op, shapes: tuple, dtypes: tuple, attrs: dict) -> Dispatch:
+        """The ``Dispatch`` of ``op`` on inputs of ``shapes`` (tuples of ints)
         and ``dtypes``: a dict lookup once this signature has been met here (a
         training step calls the same few thousands of times), else the policy
         above and ``build``. ``small``: the work is below ``SMALL_FLOPS`` and
-        ``SMALL_ELEMENTS`` (the engine runs it inline)."""
-        key = (op.name, shapes, dtypes, repr(sorted(attrs.items())))
-        entry = self._memo.get(key)
+        ``SMALL_ELEMENTS``."""
+        try:
+            key = (op.name, shapes, dtypes, tuple(attrs.items()))
+            entry = self._memo.get(key)
+        except TypeError:  # an unhashable attribute value (a list): its repr stands for it
+            key = (op.name, shapes, dtypes, repr(sorted(attrs.items())))
+            entry = self._memo.get(key)
         if entry is None:
             entry = self._choose(key, op, shapes, dtypes, attrs)
         return entry
 
-    def _choose(self, key, op, shapes, dtypes, attrs) -> tuple:
-        family = (key[0], key[2], key[3], tuple(len(s) for s in shapes))
+    def _choose(self, key, op, shapes, dtypes, attrs) -> Dispatch:
+        family = (key[0], key[2], repr(sorted(attrs.items())), tuple(len(s) for s in shapes))
         with self.pool._lock:  # two threads on one site must not both take the last concrete slot
             seen = self._seen.setdefault(family, [])
-            nearest = None if len(seen) < self.pool.specialize_limit else _nearest(seen, shapes)
-            if nearest is None:
+            nearest = None if shapes in seen or len(seen) < self.pool.specialize_limit else _nearest(seen, shapes)
+            if nearest is None and shapes not in seen:
                 seen.append(shapes)
         kernel = None if nearest is None else _general_kernel(op, nearest, shapes, dtypes, attrs)
         kernel = kernel or build(op, list(shapes), list(dtypes), attrs)
         elements = sum(int(np.prod(s)) for s in shapes) + sum(int(np.prod(s)) for s, _ in kernel.output_specs(shapes))
         small = op.flops(list(shapes), **kernel.attrs) < SMALL_FLOPS and elements < SMALL_ELEMENTS
-        return self._memo.setdefault(key, (kernel, small))
+        return self._memo.setdefault(key, Dispatch(kernel, small, shapes))
 
 
 def _nearest(seen, shapes):
@@ -204,5 +243,5 @@ def activate(site: Site) -> _Activation:
     return _Activation(site)
 
 
-__all__ = ["KernelPool", "SMALL_ELEMENTS", "SMALL_FLOPS", "SPECIALIZE_LIMIT", "Site", "activate", "active_site",
+__all__ = ["Dispatch", "KernelPool", "SMALL_ELEMENTS", "SMALL_FLOPS", "SPECIALIZE_LIMIT", "Site", "activate", "active_site",
            "current_site", "default_pool"]

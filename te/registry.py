@@ -210,7 +210,9 @@ def call(name: str, *inputs, **attrs):
     if not backends:
         raise ShapeError("no input is a kiln value (a Tensor)", op=name, arg="inputs")
     # A backend that must see every op (the exporter's tracer) outranks eager ones.
-    backend = max(backends, key=lambda b: getattr(b, "_kiln_priority", 0))
+    backend = backends[0]
+    if any(b is not backend for b in backends):
+        backend = max(backends, key=lambda b: getattr(b, "_kiln_priority", 0))
     return backend._kiln_apply(op, inputs, attrs)
 
 
