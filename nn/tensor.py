@@ -130,7 +130,7 @@ class Tensor(ValueOps):
             variables = [engine.new_var() for _ in specs]
         ins = [t._array for t in tensors]
         engine.push(lambda: found.launch(ins, arrays), reads=[t._var for t in tensors], writes=variables,
-                    name=op.name, small=found.small)
+                    name=op.name, inline=True)  # the kernel takes every core itself
         if out is not None:
             return out
         if op.data_dependent:  # its length is known once it has run: wait for it

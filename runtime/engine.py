@@ -104,14 +104,17 @@ class Engine:
 
     # -- pushing ----------------------------------------------------------------------
     def push(self, fn: Callable[[], None], reads: Iterable[Var] = (), writes: Iterable[Var] = (),
-             name: str | None = None, small: bool = False) -> None:
+             name: str | None = None, inline: bool = False) -> None:
         """Run ``fn()`` once every earlier conflicting push is done; returns at once.
 
-        ``small=True`` marks work too short to be worth a thread hand-off (a
-        kernel of a few microseconds costs less than waking a worker and
-        passing the GIL): when nothing it depends on is pending it runs right
-        here, in the pushing thread. Every push runs on this engine's CPU threads."""
-        self._push(fn, reads, writes, name=name or getattr(fn, "__name__", "op"), inline=small)
+        ``inline=True`` runs it right here, in the pushing thread, when nothing
+        it depends on is pending (else on the thread that finishes the last
+        of them): for work that occupies every core by itself, such as a
+        kernel on TVM's thread pool, or is too short to be worth a thread
+        hand-off. A worker would only add a hand-off and take a core from
+        the kernel. Other work (assembling the next batch) runs on the
+        engine's worker threads, overlapping the pushing thread."""
+        self._push(fn, reads, writes, name=name or getattr(fn, "__name__", "op"), inline=inline)
 
     def push_async(self, fn: Callable[[Callable[[BaseException | None], None]], None], reads: Iterable[Var] = (),
                    writes: Iterable[Var] = (), on_complete: Callable[[], None] | None = None,

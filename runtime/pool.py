@@ -21,7 +21,7 @@ site ``None`` (``default_pool()``), shared by the whole process.
 >>> from kiln.te import get_op
 >>> pool = KernelPool()
 >>> with pool.activate("layer1"):
-...     kernel, small = active_site().kernel(get_op("relu"), ((8, 4),), ("float32",), {})
+...     kernel = active_site().dispatch(get_op("relu"), ((8, 4),), ("float32",), {}).kernel
 """
 from __future__ import annotations
 
@@ -29,7 +29,6 @@ import contextvars
 import threading
 import weakref
 
-import numpy as np
 import tvm_ffi
 from tvm.runtime import _ffi_api
 
@@ -39,9 +38,6 @@ from .build import build
 
 SPECIALIZE_LIMIT = 4
 _ALLOC = _ffi_api.TVMTensorAllocWithScope  # tvm.runtime.empty without its conversions
-#: below this much work a kernel runs in the pushing thread when its inputs are
-#: ready (a thread hand-off costs more); above it, it runs on the engine's pool
-SMALL_FLOPS, SMALL_ELEMENTS = 4e6, 1 << 18
 
 
 class KernelPool:
@@ -108,15 +104,15 @@ class KernelPool:
 
 class Dispatch:
     """What a site knows of one signature, so that a second call does no
-    lookup, shape inference or conversion: the ``kernel``, whether the work is
-    ``small`` (the engine runs it inline), the output ``specs`` (``(shape,
-    dtype)`` each), and the outputs' shape and dtype as TVM objects for
-    ``outputs()`` (making them from tuples costs several microseconds)."""
+    lookup, shape inference or conversion: the ``kernel``, the output
+    ``specs`` (``(shape, dtype)`` each), and the outputs' shape and dtype as
+    TVM objects for ``outputs()`` (making them from tuples costs several
+    microseconds)."""
 
-    __slots__ = ("kernel", "small", "specs", "empty", "_alloc", "_device")
+    __slots__ = ("kernel", "specs", "empty", "_alloc", "_device")
 
-    def __init__(self, kernel, small: bool, shapes):
-        self.kernel, self.small = kernel, small
+    def __init__(self, kernel, shapes):
+        self.kernel = kernel
         self.specs = kernel.output_specs(shapes)
         self.empty = any(0 in s for s, _ in self.specs)  # nothing to compute: the kernel is never called
         self._alloc = [(tvm_ffi.Shape(s), tvm_ffi.dtype(d)) for s, d in self.specs]
@@ -143,18 +139,11 @@ class Site:
         self._memo: dict = {}
         self._seen: dict = {}  # (op, dtypes, attrs, ranks) -> the shapes compiled concretely here
 
-    def kernel(self, op, shapes: tuple, dtypes: tuple, attrs: dict) -> tuple:
-        """``(kernel, small)`` for ``op`` on inputs of ``shapes`` (tuples of ints)
-        and ``dtypes`` (see ``dispatch``)."""
-        found = self.dispatch(op, shapes, dtypes, attrs)
-        return found.kernel, found.small
-
     def dispatch(self, op, shapes: tuple, dtypes: tuple, attrs: dict) -> Dispatch:
         """The ``Dispatch`` of ``op`` on inputs of ``shapes`` (tuples of ints)
         and ``dtypes``: a dict lookup once this signature has been met here (a
         training step calls the same few thousands of times), else the policy
-        above and ``build``. ``small``: the work is below ``SMALL_FLOPS`` and
-        ``SMALL_ELEMENTS``."""
+        above and ``build``."""
         try:
             key = (op.name, shapes, dtypes, tuple(attrs.items()))
             entry = self._memo.get(key)
@@ -174,9 +163,7 @@ class Site:
                 seen.append(shapes)
         kernel = None if nearest is None else _general_kernel(op, nearest, shapes, dtypes, attrs)
         kernel = kernel or build(op, list(shapes), list(dtypes), attrs)
-        elements = sum(int(np.prod(s)) for s in shapes) + sum(int(np.prod(s)) for s, _ in kernel.output_specs(shapes))
-        small = op.flops(list(shapes), **kernel.attrs) < SMALL_FLOPS and elements < SMALL_ELEMENTS
-        return self._memo.setdefault(key, Dispatch(kernel, small, shapes))
+        return self._memo.setdefault(key, Dispatch(kernel, shapes))
 
 
 def _nearest(seen, shapes):
@@ -243,5 +230,5 @@ def activate(site: Site) -> _Activation:
     return _Activation(site)
 
 
-__all__ = ["Dispatch", "KernelPool", "SMALL_ELEMENTS", "SMALL_FLOPS", "SPECIALIZE_LIMIT", "Site", "activate", "active_site",
+__all__ = ["Dispatch", "KernelPool", "SPECIALIZE_LIMIT", "Site", "activate", "active_site",
            "current_site", "default_pool"]

@@ -92,14 +92,14 @@ def test_train_step_returns_only_after_its_kernels_ran(monkeypatch):
     pushed, finished = [], []
     push = Engine.push
 
-    def slow_push(self, fn, reads=(), writes=(), name=None, small=False):
+    def slow_push(self, fn, reads=(), writes=(), name=None, inline=False):
         def slow():
             time.sleep(0.01)
             fn()
             finished.append(time.perf_counter())
 
         pushed.append(name)
-        return push(self, slow, reads, writes, name=name, small=False)  # on the pool, never inline
+        return push(self, slow, reads, writes, name=name, inline=False)  # on the pool, never inline
 
     kiln.nn.init.manual_seed(0)
     model = kiln.nn.Sequential(kiln.nn.Linear(8, 4), kiln.nn.ReLU(), kiln.nn.Linear(4, 3))
