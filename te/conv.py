@@ -24,7 +24,7 @@ from tvm import te, tirx
 
 from ..errors import ShapeError
 from . import attrs as A
-from .grad import as_dtype
+from .grad import as_dtype, wants_grad
 from .layout import blocked_array, blocks, plain_array
 from .oprefs import op_ref
 from .registry import Op, register
@@ -153,7 +153,8 @@ class Conv2d(Op):
 
     def gradient(self, g, node):
         x, w = node.inputs
-        return as_dtype(_grad_x(g, x, w, **node.attrs), x.dtype), as_dtype(_grad_w(g, x, w, **node.attrs), w.dtype)
+        return (as_dtype(_grad_x(g, x, w, **node.attrs), x.dtype) if wants_grad(x) else None,
+                as_dtype(_grad_w(g, x, w, **node.attrs), w.dtype) if wants_grad(w) else None)
 
 
 @register

@@ -4,6 +4,14 @@ from __future__ import annotations
 from .shapes import is_static, static
 
 
+def wants_grad(value) -> bool:
+    """Whether a gradient must be computed for the op input ``value``: False
+    for an autograd input that needs none (a batch of data, a constant), so a
+    gradient skips its work (PyTorch's ``ctx.needs_input_grad``); True for a
+    value of a backend that does not say."""
+    return getattr(value, "requires_grad", True)
+
+
 def as_dtype(grad, dtype: str):
     """``grad`` in its input's ``dtype``: an op that promoted a float32 input
     to float64 gives it a float32 gradient, as PyTorch does."""

@@ -20,7 +20,7 @@ from tvm import te, tirx
 from ..errors import AttrError, ShapeError
 from . import attrs as A
 from . import nanmath
-from .grad import as_dtype, cast_like, unbroadcast
+from .grad import as_dtype, cast_like, unbroadcast, wants_grad
 from .oprefs import op_ref
 from .registry import Op, register
 from .shapes import (FLOATS, NUMERIC, broadcast_index, broadcast_shapes, dtype_of, promote, same_dim,
@@ -119,17 +119,15 @@ class Matmul(Op):
         if len(a.shape) == 1 or len(b.shape) == 1:
             return self._vector_gradient(g, a, b)
         ta, tb = node.attrs["transpose_a"], node.attrs["transpose_b"]
-        # C = op(A) op(B): each adjoint is one more matmul with transposed operands.
-        if not ta and not tb:
-            ga, gb = matmul(g, b, transpose_b=True), matmul(a, g, transpose_a=True)
-        elif ta and not tb:
-            ga, gb = matmul(b, g, transpose_b=True), a @ g
-        elif tb and not ta:
-            ga, gb = g @ b, matmul(g, a, transpose_a=True)
-        else:
-            ga = matmul(b, g, transpose_a=True, transpose_b=True)
-            gb = matmul(g, a, transpose_a=True, transpose_b=True)
-        return unbroadcast(ga, a.shape, a.dtype), unbroadcast(gb, b.shape, b.dtype)
+        # C = op(A) op(B): each adjoint is one more matmul with transposed operands (computed only when wanted)
+        ga = gb = None
+        if wants_grad(a):
+            ga = matmul(g, b, transpose_b=not tb) if not ta else matmul(b, g, transpose_a=tb, transpose_b=True)
+            ga = unbroadcast(ga, a.shape, a.dtype)
+        if wants_grad(b):
+            gb = matmul(a, g, transpose_a=not ta) if not tb else matmul(g, a, transpose_a=True, transpose_b=ta)
+            gb = unbroadcast(gb, b.shape, b.dtype)
+        return ga, gb
 
     @staticmethod
     def _vector_gradient(g, a, b):
@@ -204,9 +202,9 @@ class Dense(Op):
         x, w, b = node.inputs
         if node.attrs["relu"]:
             g = g * cast_like(node > 0, g)
-        gx = matmul(g, w, transpose_b=True)
-        gw = matmul(x, g, transpose_a=True)
-        return as_dtype(gx, x.dtype), as_dtype(gw, w.dtype), as_dtype(g.sum(axis=0), b.dtype)
+        gx = as_dtype(matmul(g, w, transpose_b=True), x.dtype) if wants_grad(x) else None
+        gw = as_dtype(matmul(x, g, transpose_a=True), w.dtype) if wants_grad(w) else None
+        return gx, gw, as_dtype(g.sum(axis=0), b.dtype) if wants_grad(b) else None
 
 
 def _panels(n, bn: int):

@@ -149,3 +149,20 @@ def test_training_memory_stays_flat_over_1000_steps():
             counts.append(live_tensors())
     assert counts[1] <= counts[0], f"live tensors grew from {counts[0]} to {counts[1]}"
     assert loss.item() < 1.0
+
+
+def test_backward_skips_the_gradients_of_inputs_that_need_none():
+    # the data's gradient of the first layer (a matmul as large as the weights') is never computed
+    nn.init.manual_seed(0)
+    x, w = np.random.default_rng(0).random((4, 3)).astype("float32"), np.ones((3, 2), "float32")
+    for xt in (kiln.Tensor(x), kiln.Tensor(x, requires_grad=True)):
+        wt, pool = kiln.Tensor(w, requires_grad=True), kiln.runtime.pool.KernelPool()
+        with pool.activate():
+            (xt @ wt).sum().backward()
+        shapes = sorted(k.shapes for k in pool.kernels("matmul"))
+        np.testing.assert_allclose(wt.grad.numpy(), np.repeat(x.sum(0)[:, None], 2, 1), rtol=1e-6)
+        if xt.requires_grad:
+            assert len(shapes) == 3 and xt.grad is not None  # the forward, the weight's and the data's gradients
+            np.testing.assert_allclose(xt.grad.numpy(), np.full((4, 3), 2.0), rtol=1e-6)
+        else:
+            assert len(shapes) == 2 and xt.grad is None  # the forward and the weight's gradient only
