@@ -1,7 +1,10 @@
-"""Optimizers (needle's conventions). Updates run as compiled kernels on
-detached data, so no graph grows across steps, and write the parameters and
-the optimizer state in place (``Tensor.apply_``): no new buffer per step for
-them. In every update ``g = grad + weight_decay * w`` first.
+"""Optimizers (needle's conventions). Each parameter's update is one fused
+kernel (``te/optim.py``: ``sgd_step``, ``sgd_momentum_step``, ``adam_step``)
+on detached data, so no graph grows across steps: one pass over the weight,
+its gradient and its state, written in place (``Tensor.apply_``), with the
+hyperparameters passed as a small tensor (a learning-rate schedule or Adam's
+bias correction compiles nothing new). In every update
+``g = grad + weight_decay * w`` first.
 
 SGD, by default needle's dampened momentum (u starts at 0):
      u <- momentum * u + (1 - momentum) * g;  w <- w - lr * u.
@@ -24,6 +27,7 @@ from .tensor import Tensor, no_grad
 
 class Optimizer:
     def __init__(self, params):
+        self._hypers: dict = {}
         self.params = [p for p in params]
         if not self.params:
             raise AttrError("got no parameters, expected at least one", op=type(self).__name__, arg="params")
@@ -35,10 +39,20 @@ class Optimizer:
     reset_grad = zero_grad
 
     def step(self) -> None:
+        self._hypers = {}
         with no_grad():
             for i, p in enumerate(self.params):
                 if p.grad is not None:
                     self.update(i, p.detach(), p.grad.detach())
+        self._hypers = {}
+
+    def hyper(self, values: tuple, dtype: str) -> Tensor:
+        """The hyperparameter vector of an update kernel, made once per step
+        for all parameters that share it."""
+        key = (values, dtype)
+        if key not in self._hypers:
+            self._hypers[key] = Tensor(np.asarray(values, dtype))
+        return self._hypers[key]
 
     def update(self, i: int, w: Tensor, g: Tensor) -> None:
         """Update ``w`` (sharing the parameter's memory) in place from its gradient ``g``."""
@@ -95,20 +109,18 @@ class SGD(Optimizer):
         self.u: dict[int, Tensor] = {}
 
     def update(self, i, w, g):
-        if self.weight_decay:
-            g = g + w * self.weight_decay
-        if self.momentum:
-            m = self.momentum
-            keep = 1 - (m if self.dampening is None else self.dampening)  # the share of g that enters u
-            if i in self.u:
-                u = self.u[i].apply_("multiply_scalar", scalar=m)
-                u = u.apply_("add", g * keep) if keep != 1 else u.apply_("add", g)
-            elif self.dampening is None:
-                u = self.u[i] = g * keep
-            else:  # PyTorch starts the buffer at g itself (a copy: u is updated in place, g is p.grad)
-                u = self.u[i] = Tensor(g.numpy())
-            g = g + u * m if self.nesterov else u
-        w.apply_("subtract", g * self.lr)
+        if not self.momentum:
+            w.apply_("sgd_step", g, self.hyper((self.lr, self.weight_decay), w.dtype))
+            return
+        m, first = self.momentum, i not in self.u
+        if first:  # the buffer starts at 0; PyTorch's first step sets it to g (decay 0, keep 1)
+            self.u[i] = Tensor(np.zeros(w.shape, w.dtype))
+        if self.dampening is None:
+            decay, keep = m, 1 - m
+        else:
+            decay, keep = (0.0, 1.0) if first else (m, 1 - self.dampening)
+        h = self.hyper((self.lr, self.weight_decay, decay, keep, m), w.dtype)
+        w.apply_("sgd_momentum_step", g, self.u[i], h, nesterov=self.nesterov)
 
 
 class Adam(Optimizer):
@@ -129,17 +141,8 @@ class Adam(Optimizer):
         super().step()
 
     def update(self, i, w, g):
-        if self.weight_decay:
-            g = g + w * self.weight_decay
+        if i not in self.m:
+            self.m[i], self.v[i] = Tensor(np.zeros(w.shape, w.dtype)), Tensor(np.zeros(w.shape, w.dtype))
         b1, b2 = self.beta1, self.beta2
-        if i in self.m:
-            m = self.m[i].apply_("multiply_scalar", scalar=b1).apply_("add", g * (1 - b1))
-            v = self.v[i].apply_("multiply_scalar", scalar=b2).apply_("add", g * g * (1 - b2))
-        else:
-            m, v = self.m[i], self.v[i] = g * (1 - b1), g * g * (1 - b2)
-        # The bias corrections change every step: pass them as 0-d tensors, so
-        # the same compiled kernels serve every step (a Python scalar would be
-        # baked into a new kernel each time).
-        c1 = Tensor(np.asarray(1 - b1 ** self.t, w.dtype))
-        c2 = Tensor(np.asarray(1 - b2 ** self.t, w.dtype))
-        w.apply_("subtract", (m / c1) * self.lr / ((v / c2).sqrt() + self.eps))
+        h = self.hyper((self.lr, self.weight_decay, b1, b2, self.eps, 1 - b1 ** self.t, 1 - b2 ** self.t), w.dtype)
+        w.apply_("adam_step", g, self.m[i], self.v[i], h)

@@ -111,7 +111,7 @@ class Tensor(ValueOps):
 
     # -- applying ops -------------------------------------------------------------
     @classmethod
-    def _kiln_apply(cls, op, inputs, attrs, out: "Tensor | None" = None):
+    def _kiln_apply(cls, op, inputs, attrs, out: "list | None" = None):
         # the path of every eager op: after the first call of a signature, dict lookups and the launch
         tensors = [v if isinstance(v, Tensor) else Tensor(v) for v in inputs]
         for t in tensors:
@@ -122,9 +122,9 @@ class Tensor(ValueOps):
         site = _pool.current_site()
         found = site.dispatch(op, tuple(t._shape[0] for t in tensors), tuple(t._shape[1] for t in tensors), attrs)
         specs, engine = found.specs, _engine.default()
-        if out is not None:
+        if out is not None:  # each output written over an input (apply_)
             _check_inplace(op, tensors, out, specs)
-            arrays, variables = [out._array], [out._var]
+            arrays, variables = [o._array for o in out], [o._var for o in out]
         else:
             arrays = found.outputs()
             variables = [engine.new_var() for _ in specs]
@@ -146,12 +146,18 @@ class Tensor(ValueOps):
 
     def apply_(self, op_name: str, *others, **attrs) -> "Tensor":
         """``self = op(self, *others)``, written into ``self``'s memory (the op
-        must declare ``inplace``); never recorded for autograd."""
+        must declare ``inplace``); never recorded for autograd. An op with
+        several outputs writes each over the input its ``inplace`` map names
+        (a fused optimizer update: the weight and its state buffers)."""
         op = get_op(op_name)
-        if grad_enabled() and self.requires_grad:
-            raise ShapeError("an in-place update of a tensor that requires grad would corrupt its graph; "
-                             "do it under kiln.no_grad()", op=op_name, arg="out")
-        return Tensor._kiln_apply(op, [self, *others], attrs, out=self)
+        inputs = [self, *others]
+        outs = [inputs[op.inplace[k]] if k in op.inplace else None for k in range(max(op.inplace, default=0) + 1)]
+        for t in outs:
+            if t is not None and grad_enabled() and t.requires_grad:
+                raise ShapeError("an in-place update of a tensor that requires grad would corrupt its graph; "
+                                 "do it under kiln.no_grad()", op=op_name, arg="out")
+        Tensor._kiln_apply(op, inputs, attrs, out=outs)
+        return self
 
     # -- data -------------------------------------------------------------------
     @property
@@ -266,15 +272,17 @@ def _input_view(node: _Node, i: int) -> Tensor:
     return Tensor._wrap(array, var, parent, index, parent is not None, (shape, dtype, node.op.name))
 
 
-def _check_inplace(op, tensors, out, specs) -> None:
-    i = op.inplace.get(0)
-    if i is None or len(specs) != 1 or tensors[i] is not out:
-        raise ShapeError(f"op '{op.name}' cannot write its output into the memory of input "
-                         f"{0 if i is None else i}", op=op.name, arg="out")
-    shape, dtype = specs[0]
-    if tuple(shape) != out.shape or dtype != out.dtype:
-        raise ShapeError(f"got an output of {tuple(shape)}:{dtype}, expected {out.shape}:{out.dtype} to update "
-                         "in place", op=op.name, arg="out")
+def _check_inplace(op, tensors, outs, specs) -> None:
+    """Each output ``k`` goes to ``outs[k]``, which must be the input the op's
+    ``inplace`` map writes it over, of the output's shape and dtype."""
+    if len(outs) != len(specs) or any(op.inplace.get(k) is None or tensors[op.inplace[k]] is not o
+                                      for k, o in enumerate(outs)):
+        raise ShapeError(f"op '{op.name}' cannot write its outputs into the memory of its inputs "
+                         f"(its in-place map: {dict(op.inplace) or 'none'})", op=op.name, arg="out")
+    for o, (shape, dtype) in zip(outs, specs):
+        if tuple(shape) != o.shape or dtype != o.dtype:
+            raise ShapeError(f"got an output of {tuple(shape)}:{dtype}, expected {o.shape}:{o.dtype} to update "
+                             "in place", op=op.name, arg="out")
 
 
 def backprop(root: Tensor, out_grad: Tensor) -> None:

@@ -98,3 +98,14 @@ def pow2_floor(n: int) -> int:
 
 __all__ = ["blocks", "block_name", "is_reduction", "iter_kinds", "extent", "is_output", "try_inline",
            "fold_consumers", "work", "const_int", "divisors", "pow2_floor", "tirx"]
+
+
+def merge_nests(sch, block) -> None:
+    """Make the loop nests of every block one nest, ``block``'s (each block
+    a stage over the same shape, as the fused optimizer updates declare):
+    the stages stay in program order in its body, so a later stage reads
+    what an earlier one wrote at the same index."""
+    stages = blocks(sch)
+    if len(stages) > 1:
+        for depth in range(len(sch.get_loops(block))):
+            sch.merge(*[sch.get_loops(b)[depth] for b in stages])

@@ -28,6 +28,7 @@ WORKLOADS = [
     Case("softmax", [(7, 50)]), Case("log_softmax", [(5, 64)]), Case("softmax", [(4, 6, 5)], attrs={"axis": 1}),
     Case("sum", [(13, 70)], attrs={"axis": 1}), Case("max", [(70, 13)], attrs={"axis": 0}), Case("sum", [(999,)]),
     Case("logsumexp", [(6, 40)], attrs={"axis": 1}), Case("add", [(33, 17), (17,)]), Case("relu", [(1000, 3)]),
+    Case("sgd_momentum_step", [(33, 17)] * 3 + [(5,)], attrs={"nesterov": True}),
 ]
 SM80 = kiln.cuda("sm_80")
 

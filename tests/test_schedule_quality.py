@@ -22,6 +22,7 @@ LARGE = [
     ("max_pool2d", [(8, 64, 56, 56)], {"kernel": 3, "stride": 2, "padding": 1}),
     ("avg_pool2d", [(8, 64, 56, 56)], {"kernel": 2}), ("global_avg_pool2d", [(8, 512, 7, 7)], {}),
     ("masked_select", [(512, 512), (512, 512)], {}),
+    ("adam_step", [(784, 512)] * 4 + [(7,)], {}),
 ]
 DTYPES = {"masked_select": ["float32", "bool"]}
 
@@ -31,6 +32,12 @@ def test_large_kernels_are_parallel_and_vectorized(op, shapes, attrs):
     script = kiln.build(op, shapes, DTYPES.get(op), attrs=attrs).script()
     assert "T.parallel" in script, f"{op}{shapes}: no parallel loop"
     assert "T.vectorized" in script, f"{op}{shapes}: no vectorized loop"
+
+
+def test_a_fused_update_is_one_pass_over_memory():
+    # the new state and the new weight are computed in one loop nest: each element read once, written once
+    script = kiln.build("adam_step", [(784, 512)] * 4 + [(7,)]).script()
+    assert script.count("T.parallel") == 1 and script.count("T.vectorized") == 1
 
 
 def test_every_family_is_covered():
