@@ -292,9 +292,8 @@ class LayerNorm1d(Module):
 
 
 class _BatchNorm(Module):
-    """Normalize over the batch (and spatial) axes; running statistics in eval."""
-
-    axes: tuple = (0,)
+    """Normalize each channel (axis 1) over every other axis: batch
+    statistics in training (``batch_norm_train``), running statistics in eval."""
 
     def __init__(self, dim: int, eps: float = 1e-5, momentum: float = 0.1, dtype="float32"):
         self.dim, self.eps, self.momentum = dim, eps, momentum
@@ -311,27 +310,24 @@ class _BatchNorm(Module):
         if x.shape[1] != self.dim:
             raise ShapeError(f"got {x.shape}, expected {self.dim} features on axis 1", op=type(self).__name__,
                              arg="x")
-        if self.training:
-            mean = x.mean(axis=self.axes)
-            centered = x - self._view(mean, x.ndim)
-            var = (centered * centered).mean(axis=self.axes)
+        if self.training:  # one kernel forward, one backward (te/norm.py)
+            y, mean, var = call("batch_norm_train", x, self.weight, self.bias, eps=self.eps)
             with no_grad():
                 m = self.momentum
                 self.running_mean = self.running_mean * (1 - m) + mean.detach() * m
                 self.running_var = self.running_var * (1 - m) + var.detach() * m
-        else:
-            mean, var = self.running_mean, self.running_var
-            centered = x - self._view(mean, x.ndim)
-        scale = self._view(self.weight / (var + self.eps).sqrt(), x.ndim)
+            return y
+        centered = x - self._view(self.running_mean, x.ndim)
+        scale = self._view(self.weight / (self.running_var + self.eps).sqrt(), x.ndim)
         return centered * scale + self._view(self.bias, x.ndim)
 
 
 class BatchNorm1d(_BatchNorm):
-    axes = (0,)
+    """Over (N, C) or (N, C, L)."""
 
 
 class BatchNorm2d(_BatchNorm):
-    axes = (0, 2, 3)
+    """Over (N, C, H, W)."""
 
 
 class Conv(Module):

@@ -144,6 +144,13 @@ class Tensor(ValueOps):
                 for i, (a, v, (s, d)) in enumerate(zip(arrays, variables, specs))]
         return outs if op.multi_output else outs[0]
 
+    @staticmethod
+    def _kiln_recording() -> bool:
+        """Whether ops applied now are recorded (a gradient computed with
+        ``create_graph=True``): an op whose gradient cannot itself be
+        differentiated asks, to refuse rather than drop the second order."""
+        return grad_enabled()
+
     def apply_(self, op_name: str, *others, **attrs) -> "Tensor":
         """``self = op(self, *others)``, written into ``self``'s memory (the op
         must declare ``inplace``); never recorded for autograd. An op with

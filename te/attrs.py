@@ -53,6 +53,13 @@ def non_negative_int(op: str, name: str, value: Any) -> int:
     return value
 
 
+def positive_float(op: str, name: str, value: Any) -> float:
+    """A finite real number > 0 (an epsilon)."""
+    if isinstance(value, bool) or not isinstance(value, numbers.Real) or not 0 < float(value) < float("inf"):
+        _fail(op, name, value, "a finite number > 0")
+    return float(value)
+
+
 def boolean(op: str, name: str, value: Any) -> bool:
     if not isinstance(value, (bool,)) and not (_is_int(value) and value in (0, 1)):
         _fail(op, name, value, "True or False")

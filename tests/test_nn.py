@@ -6,7 +6,7 @@ import pytest
 
 import kiln
 from kiln import nn
-from kiln.errors import AttrError, ShapeError
+from kiln.errors import AttrError, GradError, ShapeError
 
 
 def t(a, grad=False):
@@ -166,3 +166,33 @@ def test_backward_skips_the_gradients_of_inputs_that_need_none():
             np.testing.assert_allclose(xt.grad.numpy(), np.full((4, 3), 2.0), rtol=1e-6)
         else:
             assert len(shapes) == 2 and xt.grad is None  # the forward and the weight's gradient only
+
+
+def test_batchnorm2d_training_matches_torch_and_refuses_double_backward():
+    torch = pytest.importorskip("torch", reason="PyTorch is not installed: the op table checks batch_norm_train")
+    rng = np.random.default_rng(0)
+    x, gy = rng.standard_normal((6, 3, 4, 5)).astype("float32"), rng.standard_normal((6, 3, 4, 5)).astype("float32")
+    bn = nn.BatchNorm2d(3)
+    bn.weight.data, bn.bias.data = t(rng.random(3)), t(rng.random(3))
+    xt = kiln.Tensor(x, requires_grad=True)
+    y = bn(xt)
+    (y * t(gy)).sum().backward()
+    ref = torch.nn.BatchNorm2d(3, momentum=0.1)
+    with torch.no_grad():
+        ref.weight.copy_(torch.from_numpy(bn.weight.numpy()))
+        ref.bias.copy_(torch.from_numpy(bn.bias.numpy()))
+    xr = torch.from_numpy(x).requires_grad_()
+    yr = ref(xr)
+    (yr * torch.from_numpy(gy)).sum().backward()
+    np.testing.assert_allclose(y.numpy(), yr.detach().numpy(), rtol=1e-4, atol=1e-5)
+    np.testing.assert_allclose(xt.grad.numpy(), xr.grad.numpy(), rtol=1e-4, atol=1e-5)
+    np.testing.assert_allclose(bn.weight.grad.numpy(), ref.weight.grad.numpy(), rtol=1e-4, atol=1e-5)
+    np.testing.assert_allclose(bn.bias.grad.numpy(), ref.bias.grad.numpy(), rtol=1e-4, atol=1e-5)
+    np.testing.assert_allclose(bn.running_mean.numpy(), ref.running_mean.numpy(), rtol=1e-5, atol=1e-6)
+    # the running variance is the biased one (needle's): torch keeps the unbiased
+    n = x.size // 3
+    np.testing.assert_allclose(bn.running_var.numpy(), 0.9 + 0.1 * x.var(axis=(0, 2, 3)), rtol=1e-5)
+    assert abs(float(ref.running_var[0]) - (0.9 + 0.1 * x[:, 0].var() * n / (n - 1))) < 1e-5
+    loss = (bn(kiln.Tensor(x, requires_grad=True)) * t(gy)).sum()
+    with pytest.raises(GradError, match="batch_norm_train.*create_graph"):
+        loss.backward(create_graph=True)

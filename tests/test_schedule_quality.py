@@ -23,6 +23,8 @@ LARGE = [
     ("avg_pool2d", [(8, 64, 56, 56)], {"kernel": 2}), ("global_avg_pool2d", [(8, 512, 7, 7)], {}),
     ("masked_select", [(512, 512), (512, 512)], {}),
     ("adam_step", [(784, 512)] * 4 + [(7,)], {}),
+    ("batch_norm_train", [(64, 64, 28, 28), (64,), (64,)], {}),
+    ("batch_norm_train_grad", [(64, 64, 28, 28)] * 2 + [(64,)] * 3, {}),
 ]
 DTYPES = {"masked_select": ["float32", "bool"]}
 
