@@ -267,8 +267,10 @@ def default() -> Engine:
     global _default
     with _default_lock:
         if _default is None:
-            from ..config import engine_workers
+            from ..config import engine_workers, keep_freed_memory, keep_memory
 
+            if keep_memory():  # each op allocates its outputs: reuse freed memory, no fresh pages per step
+                keep_freed_memory()
             _default = Engine(engine_workers())
         return _default
 
