@@ -32,6 +32,7 @@ from .shapes import FLOATS, dtype_of, is_static, promote, same_dim, shape_str, s
 
 # the gradients' ops that have no operator (see oprefs)
 conv2d, dilate = op_ref("conv2d"), op_ref("dilate")
+backward_weight = op_ref("conv2d_backward_weight")
 
 LAYOUT = A.Attr(A.one_of("NCHW", "NHWC"), default="NCHW", doc="NCHW (weights OIHW) or NHWC (weights HWIO)")
 STRIDE = A.Attr(A.int_tuple(2, minimum=1), default=(1, 1), doc="step of the window (int or pair)")
@@ -153,8 +154,16 @@ class Conv2d(Op):
 
     def gradient(self, g, node):
         x, w = node.inputs
-        return (as_dtype(_grad_x(g, x, w, **node.attrs), x.dtype) if wants_grad(x) else None,
-                as_dtype(_grad_w(g, x, w, **node.attrs), w.dtype) if wants_grad(w) else None)
+        attrs = node.attrs
+        if not wants_grad(w):
+            gw = None
+        elif attrs["layout"] == "NCHW":  # the weight gradient's own op and template (te/conv_grad.py)
+            gw = backward_weight(x, g, kernel=tuple(w.shape[2:]), stride=attrs["stride"], padding=attrs["padding"],
+                                 dilation=attrs["dilation"])
+        else:
+            gw = _grad_w(g, x, w, **attrs)
+        return (as_dtype(_grad_x(g, x, w, **attrs), x.dtype) if wants_grad(x) else None,
+                as_dtype(gw, w.dtype) if gw is not None else None)
 
 
 @register

@@ -214,7 +214,10 @@ class Concatenate(_Join):
 
     def infer_shape(self, *xs, axis):
         first = xs[0]
-        ax = normalize_axis(self.name, axis, max(len(first), 1))
+        if len(first) == 0:
+            raise ShapeError("got 0-d inputs, which have no axis to join along (numpy refuses them too)",
+                             op=self.name, arg="inputs")
+        ax = normalize_axis(self.name, axis, len(first))
         total = 0
         for k, s in enumerate(xs):
             if len(s) != len(first) or not all(same_dim(a, b) for j, (a, b) in enumerate(zip(s, first)) if j != ax):

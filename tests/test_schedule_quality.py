@@ -24,6 +24,7 @@ LARGE = [
     ("masked_select", [(512, 512), (512, 512)], {}),
     ("adam_step", [(784, 512)] * 4 + [(7,)], {}),
     ("batch_norm_train", [(64, 64, 28, 28), (64,), (64,)], {}),
+    ("conv2d_backward_weight", [(8, 64, 56, 56), (8, 64, 56, 56)], {"kernel": 3, "padding": 1}),
     ("batch_norm_train_grad", [(64, 64, 28, 28)] * 2 + [(64,)] * 3, {}),
 ]
 DTYPES = {"masked_select": ["float32", "bool"]}

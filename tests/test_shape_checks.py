@@ -138,3 +138,16 @@ def test_gradients_keep_the_input_dtype_when_an_op_promotes():
     y.sum().backward()
     assert a.grad.dtype == "float32"
     np.testing.assert_allclose(a.grad.numpy(), [0.0, 4.0])
+
+
+@pytest.mark.parametrize("op", ["concatenate", "stack"])
+def test_joining_0d_inputs_matches_numpy(op):
+    # numpy refuses to concatenate 0-d arrays and stacks them into a vector; kiln does the same, never an IndexError
+    a, b = np.float32(1.5), np.float32(-2.0)
+    try:
+        want = getattr(np, op)([a, b])
+    except ValueError:
+        with pytest.raises(ShapeError, match=op):
+            kiln.build(op, [(), ()])
+        return
+    np.testing.assert_array_equal(kiln.build(op, [(), ()])(np.asarray(a), np.asarray(b)), want)

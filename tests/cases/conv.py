@@ -47,3 +47,13 @@ CASES += [  # channel-blocked layouts (NCHW[c]c): the conversions, and a packed 
     Case("conv2d_packed", [(2, 16, 8, 8), (2, 16, 3, 3, 16)], attrs={"out_channels": 32, "padding": 1,
                                                                      "out_block": True}),
 ]
+# the weight gradient's own op: odd shapes, strides, padding, dilation; its own gradient (dx, dgy) checked too
+CASES += [
+    Case("conv2d_backward_weight", [(2, 3, 7, 9), (2, 4, 7, 9)], attrs={"kernel": 3, "padding": 1}),
+    Case("conv2d_backward_weight", [(2, 3, 9, 11), (2, 5, 5, 6)], attrs={"kernel": 3, "padding": 1, "stride": 2}),
+    Case("conv2d_backward_weight", [(1, 2, 9, 11), (1, 3, 5, 9)], attrs={"kernel": (3, 2), "dilation": 2}),
+    Case("conv2d_backward_weight", [(1, 2, 6, 5), (1, 2, 3, 4)], attrs={"kernel": (3, 2), "stride": (2, 1),
+                                                                       "padding": (1, 0)}, grad=False),
+    Case("conv2d_backward_weight", [(2, 8, 6, 6), (2, 20, 6, 6)], attrs={"kernel": 3, "padding": 1}, grad=False),
+    Case("conv2d_backward_weight", [(2, 3, 8, 8), (2, 6, 8, 8)], "float64", attrs={"kernel": 3, "padding": 1}),
+]
