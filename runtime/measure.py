@@ -13,7 +13,7 @@ import numpy as np
 from ..errors import ShapeError
 from ..te.workload import Workload
 
-COMPUTE_BOUND = ("matmul", "conv2d")
+COMPUTE_BOUND = ("matmul", "conv2d", "conv2d_backward_weight")
 GIB = float(1 << 30)
 
 

@@ -32,7 +32,7 @@ from .shapes import FLOATS, dtype_of, is_static, promote, same_dim, shape_str, s
 
 # the gradients' ops that have no operator (see oprefs)
 conv2d, dilate = op_ref("conv2d"), op_ref("dilate")
-backward_weight = op_ref("conv2d_backward_weight")
+backward_data, backward_weight = op_ref("conv2d_backward_data"), op_ref("conv2d_backward_weight")
 
 LAYOUT = A.Attr(A.one_of("NCHW", "NHWC"), default="NCHW", doc="NCHW (weights OIHW) or NHWC (weights HWIO)")
 STRIDE = A.Attr(A.int_tuple(2, minimum=1), default=(1, 1), doc="step of the window (int or pair)")
@@ -162,7 +162,14 @@ class Conv2d(Op):
                                  dilation=attrs["dilation"])
         else:
             gw = _grad_w(g, x, w, **attrs)
-        return (as_dtype(_grad_x(g, x, w, **attrs), x.dtype) if wants_grad(x) else None,
+        if not wants_grad(x):
+            gx = None
+        elif attrs["layout"] == "NCHW":  # the transposed convolution as an op (te/conv_grad.py)
+            gx = backward_data(g, w, in_size=tuple(x.shape[2:]), stride=attrs["stride"], padding=attrs["padding"],
+                               dilation=attrs["dilation"])
+        else:
+            gx = _grad_x(g, x, w, **attrs)
+        return (as_dtype(gx, x.dtype) if gx is not None else None,
                 as_dtype(gw, w.dtype) if gw is not None else None)
 
 

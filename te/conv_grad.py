@@ -1,4 +1,14 @@
-"""The weight gradient of an NCHW convolution as an op of its own.
+"""The gradients of an NCHW convolution as ops of their own.
+
+``conv2d_backward_data(gy, w, in_size, stride, padding, dilation)``: the
+gradient of the forward input (N, C, H, W) from ``gy`` (N, O, OH, OW) and the
+weight ``w`` (O, C, KH, KW), ``in_size = (H, W)`` (several input sizes give
+one output size under a stride). It is the transposed convolution: ``gy``
+placed on the input's grid (``stride - 1`` zeros between its elements,
+``d*(K-1) - padding`` zeros around them: ``{name}_pad``, a stage of its own)
+convolved, stride 1, dilation ``d``, with the kernel flipped and its channels
+swapped. That is ``conv2d``'s TE body (``_direct``), so the conv2d template
+schedules it, its packed weight blocks taken along ``w``'s input channels.
 
 ``conv2d_backward_weight(x, gy, kernel, stride, padding, dilation)``: ``x``
 (N, C, H, W) is the forward input, ``gy`` (N, O, OH, OW) the gradient of the
@@ -23,9 +33,10 @@ from tvm import te, tirx
 
 from ..errors import ShapeError
 from . import attrs as A
-from .conv import DILATION, PADDING, STRIDE, _grad_x, check_rank4, conv2d, pad_spatial, window_out
+from .conv import (DILATION, PADDING, STRIDE, _direct, _flops, check_rank4, conv2d, pad_spatial,
+                   split_nchw, window_out)
 from .grad import as_dtype, wants_grad
-from .registry import Op, register
+from .registry import Op, call, register
 from .shapes import dtype_of, is_static, promote, same_dim, shape_str, size, static
 
 FLOATS = ("float32", "float64")
@@ -86,7 +97,8 @@ class Conv2dBackwardWeight(Op):
         (the data gradient of a conv with weight ``g``), dgy the forward conv of x with ``g``."""
         x, gy = node.inputs
         attrs = {k: node.attrs[k] for k in ("stride", "padding", "dilation")}
-        gx = as_dtype(_grad_x(gy, x, g, "NCHW", **attrs), x.dtype) if wants_grad(x) else None
+        gx = as_dtype(call("conv2d_backward_data", gy, g, in_size=tuple(x.shape[2:]), **attrs), x.dtype) \
+            if wants_grad(x) else None
         ggy = as_dtype(conv2d(x, g, **attrs), gy.dtype) if wants_grad(gy) else None
         return gx, ggy
 
@@ -94,3 +106,81 @@ class Conv2dBackwardWeight(Op):
         x, gy = shapes
         total = 2 * size(gy) * static(x[1]) * attrs["kernel"][0] * attrs["kernel"][1]
         return float(total) if isinstance(total, int) else 0.0
+
+
+@register
+class Conv2dBackwardData(Op):
+    """See the module docstring."""
+
+    name = "conv2d_backward_data"
+    family = "conv2d"
+    arity = 2
+    dtypes = FLOATS
+    grad_inputs = (0, 1)
+    grad_output = False
+    attrs = {
+        "in_size": A.Attr(A.int_tuple(2, minimum=1), doc="the forward input's (H, W) (int or pair)"),
+        "stride": STRIDE, "padding": PADDING, "dilation": DILATION,
+    }
+
+    def infer_shape(self, gy, w, in_size, stride, padding, dilation):
+        check_rank4(self.name, gy, "gy", "NCHW")
+        check_rank4(self.name, w, "w", "OIHW")
+        if not same_dim(gy[1], w[0]):
+            raise ShapeError(f"got gy {shape_str(gy)} with {static(gy[1])} channels but w {shape_str(w)} has "
+                             f"{static(w[0])} output channels", op=self.name, arg="w")
+        want = tuple(window_out(self.name, in_size[a], static(w[2 + a]), stride[a], padding[a], dilation[a])
+                     for a in (0, 1))
+        if any(is_static(d) and static(d) != v for d, v in zip(gy[2:], want)):
+            raise ShapeError(f"got gy {shape_str(gy)}, expected (N, O, {want[0]}, {want[1]}): the forward output's "
+                             f"shape for an input of {tuple(in_size)} and these kernel, stride, padding and dilation",
+                             op=self.name, arg="gy")
+        return (gy[0], w[1], in_size[0], in_size[1])
+
+    def infer_dtype(self, gy, w, **attrs):
+        return promote(self.name, gy, w)
+
+    def compute(self, gy, w, in_size, stride, padding, dilation):
+        dt = promote(self.name, dtype_of(gy), dtype_of(w))
+        n, o, oh, ow = gy.shape
+        _, c, kh, kw = (static(d) for d in w.shape)
+        spans = (dilation[0] * (kh - 1), dilation[1] * (kw - 1))
+        low = (spans[0] - padding[0], spans[1] - padding[1])  # may be negative: a padding wider than the kernel
+        grid = (in_size[0] + spans[0], in_size[1] + spans[1])
+
+        def placed(b, k, u, v):  # gy on the input's grid, zeros between and around its elements
+            sy, sx = u - low[0], v - low[1]
+            inside = tirx.all(sy >= 0, sx >= 0, sy % stride[0] == 0, sx % stride[1] == 0,
+                              sy // stride[0] < oh, sx // stride[1] < ow)
+            return tirx.if_then_else(inside, gy[b, k, tirx.max(sy, 0) // stride[0], tirx.max(sx, 0) // stride[1]],
+                                     tirx.const(0, dtype_of(gy)))
+
+        gp = te.compute((n, o) + grid, placed, name=f"{self.name}_pad", tag="injective")
+        out = (n, c, in_size[0], in_size[1])
+        return _direct(self, lambda b, k, y, z: gp[b, k, y, z], lambda ci, k, y, z: w[k, ci, kh - 1 - y, kw - 1 - z],
+                       (o, kh, kw), out, dt, lambda idx: split_nchw(idx, "NCHW"), (1, 1), dilation)
+
+    def reference(self, gy, w, in_size, stride, padding, dilation):
+        (sh, sw), (ph, pw), (dh, dw) = stride, padding, dilation
+        kh, kw = w.shape[2:]
+        n, c = gy.shape[0], w.shape[1]
+        dxp = np.zeros((n, c, in_size[0] + 2 * ph, in_size[1] + 2 * pw), np.result_type(gy, w))
+        for i in range(kh):
+            for j in range(kw):
+                contrib = np.einsum("nohw,oc->nchw", gy, w[:, :, i, j])
+                dxp[:, :, i * dh:i * dh + sh * gy.shape[2]:sh, j * dw:j * dw + sw * gy.shape[3]:sw] += contrib
+        return dxp[:, :, ph:ph + in_size[0], pw:pw + in_size[1]]
+
+    def gradient(self, g, node):
+        """dx is linear in (gy, w): dgy is the forward conv of ``g`` with w,
+        dw the weight gradient of a conv of ``g`` whose output gradient is gy."""
+        gy, w = node.inputs
+        attrs = {k: node.attrs[k] for k in ("stride", "padding", "dilation")}
+        ggy = as_dtype(conv2d(g, w, **attrs), gy.dtype) if wants_grad(gy) else None
+        gw = as_dtype(call("conv2d_backward_weight", g, gy, kernel=tuple(w.shape[2:]), **attrs), w.dtype) \
+            if wants_grad(w) else None
+        return ggy, gw
+
+    def flops(self, shapes, **attrs):
+        gy, w = shapes
+        return _flops(tuple(gy), tuple(w[1:]))

@@ -25,6 +25,7 @@ LARGE = [
     ("adam_step", [(784, 512)] * 4 + [(7,)], {}),
     ("batch_norm_train", [(64, 64, 28, 28), (64,), (64,)], {}),
     ("conv2d_backward_weight", [(8, 64, 56, 56), (8, 64, 56, 56)], {"kernel": 3, "padding": 1}),
+    ("conv2d_backward_data", [(8, 64, 56, 56), (64, 64, 3, 3)], {"in_size": 56, "padding": 1}),
     ("batch_norm_train_grad", [(64, 64, 28, 28)] * 2 + [(64,)] * 3, {}),
 ]
 DTYPES = {"masked_select": ["float32", "bool"]}

@@ -3,7 +3,9 @@ measured in the same run.
 
 - matmuls and the fused dense layer against numpy/OpenBLAS at full speed
   (the op's registered reference, in the reference process);
-- ResNet-18's convolutions against PyTorch (oneDNN), warmed up at each shape;
+- ResNet-18's convolutions against PyTorch (oneDNN), warmed up at each shape,
+  and their gradients (``conv2d_backward_data``, ``conv2d_backward_weight``)
+  against ``torch.nn.grad.conv2d_input``/``conv2d_weight``;
 - add and relu against the machine's triad bandwidth (a ceiling, from the header);
 - softmax against PyTorch.
 """
@@ -20,7 +22,7 @@ DENSE = ((128, 784, 512), 1.1)
 CONV_LAYERS = [  # (C, H, O, K, stride, pad): ResNet-18's 3x3 layers, a downsampling layer, the stem
     (64, 56, 64, 3, 1, 1), (128, 28, 128, 3, 1, 1), (256, 14, 256, 3, 1, 1), (512, 7, 512, 3, 1, 1),
     (64, 56, 128, 3, 2, 1), (3, 224, 64, 7, 2, 3)]
-CONV_BATCHES, CONV_TARGET = (1, 8), 0.85
+CONV_BATCHES, CONV_TARGET, CONV_GRAD_TARGET = (1, 8), 0.85, 0.8
 STREAM_ELEMENTS, STREAM_TARGET = 1 << 24, 0.8
 SOFTMAX, SOFTMAX_TARGET = [(1024, 1024), (16384, 1024)], 1.0
 # --quick: one row of each kind, small
@@ -56,6 +58,23 @@ def _torch_row(name, op, shapes, attrs, torch_fn, torch, repeat, target):
                     note=None if torch is not None else "PyTorch is not installed: no ratio")
 
 
+def _conv_grad_rows(batch: int, layer: tuple, torch, repeat: int) -> list[dict]:
+    """The layer's data and weight gradients against PyTorch's (``torch.nn.grad``)."""
+    c, h, o, k, s, p = layer
+    oh = (h + 2 * p - k) // s + 1
+    grad = torch.nn.grad if torch is not None else None
+    name = f"b{batch} {c}x{h}x{h}->{o} k{k} s{s}"
+    return [
+        _torch_row(f"conv2d_backward_data {name}", "conv2d_backward_data", [(batch, o, oh, oh), (o, c, k, k)],
+                   {"in_size": h, "stride": s, "padding": p},
+                   lambda gy, w: grad.conv2d_input((batch, c, h, h), w, gy, stride=s, padding=p), torch, repeat,
+                   CONV_GRAD_TARGET),
+        _torch_row(f"conv2d_backward_weight {name}", "conv2d_backward_weight", [(batch, c, h, h), (batch, o, oh, oh)],
+                   {"kernel": k, "stride": s, "padding": p},
+                   lambda x, gy: grad.conv2d_weight(x, (o, c, k, k), gy, stride=s, padding=p), torch, repeat,
+                   CONV_GRAD_TARGET)]
+
+
 def run(context, repeat: int, quick: bool = False) -> list[dict]:
     """The suite's rows (``context``: a ``kiln.bench.suites.Context``)."""
     ref, torch, header = context.ref, context.torch, context.header
@@ -75,6 +94,7 @@ def run(context, repeat: int, quick: bool = False) -> list[dict]:
                                    [(batch, c, h, h), (o, c, k, k)], {"stride": s, "padding": p},
                                    lambda x, w, s=s, p=p: conv(x, w, stride=s, padding=p), torch, repeat,
                                    CONV_TARGET))
+            rows += _conv_grad_rows(batch, (c, h, o, k, s, p), torch, repeat)
     n = q["stream_elements"]
     triad = {"figure": header["triad_gbps"]}
     for op in ("add", "relu"):

@@ -33,11 +33,21 @@ def _cnn28():
                          nn.Linear(32, 10))
 
 
+def _convnet32():
+    """A conv-heavy net on 3x32x32 (CIFAR-sized): three conv-BN-ReLU layers, one of stride 2, pooling, linear."""
+    return nn.Sequential(nn.Conv(3, 32, 3), nn.BatchNorm2d(32), nn.ReLU(), nn.Conv(32, 64, 3, stride=2),
+                         nn.BatchNorm2d(64), nn.ReLU(), nn.Conv(64, 64, 3), nn.BatchNorm2d(64), nn.ReLU(),
+                         nn.GlobalAvgPool2d(), nn.Linear(64, 10))
+
+
 # name: (model factory, input shape with the batch, SGD momentum)
 CASES = {
     "MLP 784-512-10, batch 128, SGD": (_mlp784, (128, 784), 0.0),
     "CNN conv16-conv32-pool-linear 1x28x28, batch 64, SGD": (_cnn28, (64, 1, 28, 28), 0.0),
     "zoo cnn 1x8x8, batch 64, SGD momentum 0.9": (lambda: build_model("cnn", (1, 8, 8), 10), (64, 1, 8, 8), 0.9),
+    "zoo resnet 1x8x8, batch 64, SGD momentum 0.9": (lambda: build_model("resnet", (1, 8, 8), 10), (64, 1, 8, 8),
+                                                     0.9),
+    "conv net 3x32x32 (3 conv-BN-ReLU), batch 32, SGD momentum 0.9": (_convnet32, (32, 3, 32, 32), 0.9),
 }
 QUICK = {"zoo mlp 1x8x8, batch 16, SGD": (lambda: build_model("mlp", (1, 8, 8), 10), (16, 1, 8, 8), 0.0)}
 LR = 0.01

@@ -1,4 +1,6 @@
-"""CPU template for conv2d (NCHW and NHWC) and conv2d_packed: vectorized over
+"""CPU template for conv2d (NCHW and NHWC), conv2d_packed and
+conv2d_backward_data (the transposed convolution, the same TE body over its
+zero-placed input, its weight blocked along ``w``'s input channels): vectorized over
 output channels, register-tiled over output width, parallel over batch x
 channel blocks x rows.
 
@@ -125,11 +127,12 @@ def packed_channels(workload: Workload, target) -> int:
     return _default_tiles(*known, lanes, _budget(lanes))[0]
 
 
-@register_template("cpu", ops=("conv2d", "conv2d_packed"))
+@register_template("cpu", ops=("conv2d", "conv2d_packed", "conv2d_backward_data"))
 def schedule_conv2d(sch, block, cfg: Config) -> NotApplicable | None:
     conv = block
     packed = cfg.workload.op.name == "conv2d_packed"  # the weight is already in the pack_w layout
-    nchw = packed or cfg.workload.attrs["layout"] == "NCHW"
+    transposed = cfg.workload.op.name == "conv2d_backward_data"  # its output channels are w's input channels
+    nchw = packed or cfg.workload.attrs.get("layout", "NCHW") == "NCHW"
     blocked = packed and cfg.workload.attrs["out_block"]  # the output is NCHW[oc]c: its channel loop is split
     if blocked:  # n, o block, y, z, o lane | rc, ry, rx
         n, oo, y, z, oi, r1, r2, r3 = sch.get_loops(conv)
@@ -163,8 +166,13 @@ def schedule_conv2d(sch, block, cfg: Config) -> NotApplicable | None:
 
     if pack_w:
         pack = sch.cache_read(conv, 1, "global")
-        sch.transform_layout(conv, ("read", 1), lambda o_, i, kh, kw: (o_ // tile_oc, i, kh, kw, o_ % tile_oc),
-                             pad_value=0.0 if o_ext is None or o_ext % tile_oc else None)
+        if transposed:
+            def in_blocks(i, o_, kh, kw):
+                return o_ // tile_oc, i, kh, kw, o_ % tile_oc
+        else:
+            def in_blocks(o_, i, kh, kw):
+                return o_ // tile_oc, i, kh, kw, o_ % tile_oc
+        sch.transform_layout(conv, ("read", 1), in_blocks, pad_value=0.0 if o_ext is None or o_ext % tile_oc else None)
     if not blocked:
         oo, oi = sch.split(o, [None, tile_oc])
     zo, zi = sch.split(z, [None, tile_ow])

@@ -57,3 +57,14 @@ CASES += [
     Case("conv2d_backward_weight", [(2, 8, 6, 6), (2, 20, 6, 6)], attrs={"kernel": 3, "padding": 1}, grad=False),
     Case("conv2d_backward_weight", [(2, 3, 8, 8), (2, 6, 8, 8)], "float64", attrs={"kernel": 3, "padding": 1}),
 ]
+# the data gradient (the transposed convolution): strides whose input sizes leave a remainder, dilation, a
+# padding wider than the kernel, and its own gradient (dgy, dw)
+CASES += [
+    Case("conv2d_backward_data", [(2, 4, 7, 9), (4, 3, 3, 3)], attrs={"in_size": (7, 9), "padding": 1}),
+    Case("conv2d_backward_data", [(2, 5, 5, 6), (5, 3, 3, 3)], attrs={"in_size": (9, 11), "padding": 1, "stride": 2}),
+    Case("conv2d_backward_data", [(2, 4, 4, 4), (4, 3, 3, 3)], attrs={"in_size": (9, 10), "stride": 2}),
+    Case("conv2d_backward_data", [(1, 3, 5, 9), (3, 2, 3, 2)], attrs={"in_size": (9, 11), "dilation": 2}),
+    Case("conv2d_backward_data", [(2, 4, 8, 8), (4, 6, 1, 1)], attrs={"in_size": 6, "padding": 1}, grad=False),
+    Case("conv2d_backward_data", [(2, 20, 6, 6), (20, 24, 3, 3)], attrs={"in_size": 6, "padding": 1}, grad=False),
+    Case("conv2d_backward_data", [(2, 3, 4, 4), (3, 2, 3, 3)], "float64", attrs={"in_size": 4, "padding": 1}),
+]
