@@ -29,6 +29,9 @@ WORKLOADS = [
     Case("sum", [(13, 70)], attrs={"axis": 1}), Case("max", [(70, 13)], attrs={"axis": 0}), Case("sum", [(999,)]),
     Case("logsumexp", [(6, 40)], attrs={"axis": 1}), Case("add", [(33, 17), (17,)]), Case("relu", [(1000, 3)]),
     Case("sgd_momentum_step", [(33, 17)] * 3 + [(5,)], attrs={"nesterov": True}),
+    Case("conv2d_backward_data", [(2, 5, 5, 6), (5, 3, 3, 3)], attrs={"in_size": (9, 11), "padding": 1, "stride": 2}),
+    Case("conv2d_backward_weight", [(2, 3, 9, 11), (2, 5, 5, 6)], attrs={"kernel": 3, "padding": 1, "stride": 2}),
+    Case("batch_norm_train", [(6, 3, 4, 5), (3,), (3,)]),
 ]
 SM80 = kiln.cuda("sm_80")
 

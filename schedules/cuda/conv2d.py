@@ -10,7 +10,8 @@ weights its channels need, are copied to shared memory by all the threads
 together; then every thread accumulates its ``tile_oc x tile_s`` register
 tile, loading ``tile_oc`` weights and ``tile_s`` inputs from shared memory
 into registers per kernel tap. NHWC convolutions are declined (dispatch
-gives them the CUDA fallback).
+gives them the CUDA fallback). ``conv2d_backward_data`` is the same TE body
+(over its zero-placed input, reading the kernel flipped): the same schedule.
 """
 from __future__ import annotations
 
@@ -20,9 +21,9 @@ from ..util import const_int, extent, try_inline
 from .common import pow2_at_least, stage_and_finish
 
 
-@register_template("cuda", ops=("conv2d",))
+@register_template("cuda", ops=("conv2d", "conv2d_backward_data"))
 def schedule_conv2d_cuda(sch, block, cfg: Config) -> NotApplicable | None:
-    if cfg.workload.attrs["layout"] != "NCHW":
+    if cfg.workload.attrs.get("layout", "NCHW") != "NCHW":
         return NOT_APPLICABLE
     conv = block
     n, o, y, x, rc, ry, rx = sch.get_loops(conv)
