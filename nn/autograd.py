@@ -58,13 +58,13 @@ def _record(op, attrs, tensors, arrays, variables, specs, site) -> _Node:
     """The node of one op application on ``site``: its parents, and of its
     inputs and outputs only the values the op's gradient declares it reads."""
     grad_inputs, grad_output = op.grad_saves(attrs)
-    keep_in = range(len(tensors)) if _keep_all or grad_inputs is None else grad_inputs
+    every = _keep_all or grad_inputs is None
     keep_out = _keep_all or grad_output
-    inputs = [(t._array, t._var) if i in keep_in else (None, None) for i, t in enumerate(tensors)]
-    inputs = [pair + (t.shape, t.dtype) for pair, t in zip(inputs, tensors)]
-    outputs = [((a, v) if keep_out else (None, None)) + (tuple(s), d)
-               for a, v, (s, d) in zip(arrays, variables, specs)]
-    parents = [t._edge() if t.requires_grad else None for t in tensors]
+    inputs = tuple((t._array, t._var, t._shape[0], t._shape[1]) if every or i in grad_inputs
+                   else (None, None, t._shape[0], t._shape[1]) for i, t in enumerate(tensors))
+    outputs = tuple((a, v, s, d) if keep_out else (None, None, s, d)
+                    for a, v, (s, d) in zip(arrays, variables, specs))
+    parents = tuple(t._edge() if t.requires_grad else None for t in tensors)
     return _Node(op, attrs, parents, inputs, outputs, site=site)
 
 

@@ -137,7 +137,12 @@ class Tensor(ValueOps):
             engine.wait_for_var(variables[1])
             arrays, variables = [actual_rows(*arrays)], variables[:1]
             specs = [(tuple(int(d) for d in arrays[0].shape), specs[0][1])]
-        record = op.differentiable and any(t.requires_grad for t in tensors) and grad_enabled()
+        record = False
+        if op.differentiable:
+            for t in tensors:
+                if t.requires_grad:
+                    record = grad_enabled()
+                    break
         node = _record(op, found.kernel.attrs, tensors, arrays, variables, specs, site) if record else None
         name = op.name
         outs = [cls._wrap(a, v, node, i, record, (s, d, name))

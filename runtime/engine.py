@@ -127,6 +127,8 @@ class Engine:
 
     def _push(self, fn, reads, writes, *, name: str, kind: str = WORK, is_async: bool = False,
               on_complete=None, inline: bool = False) -> None:
+        if inline and kind == WORK and not is_async and self._run_now(fn, reads, writes, name):
+            return
         inputs = tuple(dict.fromkeys(reads))
         writes = tuple(dict.fromkeys(writes))
         reads = tuple(v for v in inputs if v not in writes) if writes else inputs  # a read-write orders as a write
@@ -159,6 +161,51 @@ class Engine:
             self._run(op)
         elif ready:
             self._start(op)
+
+    def _run_now(self, fn, reads, writes, name: str) -> bool:
+        """The inline path when nothing ``fn`` touches is pending or carries
+        an error (an eager op's usual case): register it, run it here, retire
+        it; False (nothing done) otherwise. The same bookkeeping as ``_push``,
+        ``_run`` and ``_finish`` without their general cases."""
+        writes = tuple(writes)
+        with self._lock:
+            for v in reads:
+                if v._last_write is not None or v._error is not None or v._deleted:
+                    return False
+            for v in writes:
+                if v._last_write is not None or v._reads or v._deleted:
+                    return False
+            op = _Op(fn, (), writes, (), WORK, False, None, name)
+            for v in writes:
+                v._last_write = op
+            reads = [v for v in reads if v not in writes] if writes else list(reads)
+            for v in reads:
+                v._reads.append(op)
+            self._running += 1
+        try:
+            fn()
+            exc = None
+        except BaseException as err:  # noqa: BLE001 - re-raised at the next wait
+            exc = err
+        with self._lock:
+            op.done = True
+            for v in writes:
+                v._error = exc
+                if v._last_write is op:
+                    v._last_write = None
+            for v in reads:
+                if op in v._reads:
+                    v._reads.remove(op)
+            if exc is not None:
+                self._errors.append(exc)
+            ready = [dep for dep in op.dependents if _release(dep)]
+            op.dependents, op.fn = [], None
+            self._running -= 1
+            if not self._running and self._waiting:
+                self._idle.notify_all()
+        for dep in ready:  # pushed by another thread while this ran, now free to start
+            self._start(dep)
+        return True
 
     # -- running ----------------------------------------------------------------------
     def _start(self, op: _Op) -> None:
@@ -257,6 +304,12 @@ class Engine:
             self._pool.shutdown(wait=True)
 
 
+def _release(dep: _Op) -> bool:
+    """One dependency of ``dep`` is done; whether it was the last."""
+    dep.pending -= 1
+    return dep.pending == 0
+
+
 _default: Engine | None = None
 _default_lock = threading.Lock()
 
@@ -265,6 +318,8 @@ def default() -> Engine:
     """The process's engine, created on first use (``KILN_ENGINE=serial``
     makes it run every push inline: see ``kiln.config``)."""
     global _default
+    if _default is not None:  # every eager op asks: no lock once it exists
+        return _default
     with _default_lock:
         if _default is None:
             from ..config import engine_workers, keep_freed_memory, keep_memory
