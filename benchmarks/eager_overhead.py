@@ -1,0 +1,115 @@
+"""Microseconds per eager op: the time from a ``Tensor`` operation to its
+kernel having run, on tensors so small that the kernel itself takes well
+under a microsecond (its own time, called directly, is printed beside).
+
+Rows, each the median of ``--trials`` trials of ``--ops`` back-to-back ops,
+ending with a wait for the last result:
+
+* ``add``: two 16-element tensors, nothing recorded;
+* ``multiply (recorded)``: one input requires grad, so autograd records a node;
+* ``step``: a training step of a 16-8-4 MLP (forward, loss, backward, SGD
+  momentum), divided by its kernel launches.
+
+Run: ``python benchmarks/eager_overhead.py [--ops 3000] [--trials 7] [--json]``;
+``KILN_ENGINE=serial`` to compare with strict serial execution.
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import time
+
+import numpy as np
+
+
+def _median_us(fn, ops: int, trials: int) -> float:
+    fn(ops // 10)  # warm: kernels compiled or loaded, caches filled
+    times = []
+    for _ in range(trials):
+        start = time.perf_counter()
+        fn(ops)
+        times.append((time.perf_counter() - start) / ops * 1e6)
+    return float(np.median(times))
+
+
+def measure(ops: int, trials: int) -> dict:
+    import tvm
+
+    import kiln
+    from kiln import nn
+    from kiln.runtime import engine
+
+    a = kiln.Tensor(np.ones(16, "float32"))
+    b = kiln.Tensor(np.ones(16, "float32"))
+    w = kiln.Tensor(np.ones(16, "float32"), requires_grad=True)
+
+    def adds(n):
+        for _ in range(n):
+            c = a + b
+        c.wait()
+
+    def multiplies(n):
+        for _ in range(n):
+            c = w * b
+        c.wait()
+
+    kernel = kiln.build("add", [(16,), (16,)]).module["main"]  # the compiled function itself
+    x, y, out = (tvm.runtime.tensor(np.ones(16, "float32")) for _ in range(3))
+
+    def kernel_calls(n):
+        for _ in range(n):
+            kernel(x, y, out)
+
+    nn.init.manual_seed(0)
+    model = nn.Sequential(nn.Linear(16, 8), nn.ReLU(), nn.Linear(8, 4))
+    opt, loss_fn = kiln.optim.SGD(model.parameters(), lr=0.01, momentum=0.9), nn.SoftmaxLoss()
+    xb, yb = kiln.Tensor(np.ones((4, 16), "float32")), kiln.Tensor(np.arange(4, dtype="int32"))
+    launches = []
+    original = engine.Engine.push
+
+    def counting(self, fn, *args, **kwargs):
+        launches.append(1)
+        return original(self, fn, *args, **kwargs)
+
+    def steps(n):
+        for _ in range(n):
+            opt.zero_grad()
+            loss = loss_fn(model(xb), yb)
+            loss.backward()
+            opt.step()
+        loss.wait()
+
+    steps(3)
+    engine.Engine.push = counting
+    try:
+        steps(1)
+    finally:
+        engine.Engine.push = original
+    per_step = len(launches)
+    step_us = _median_us(steps, max(1, ops // per_step), trials)
+    return {"add_us": _median_us(adds, ops, trials), "multiply_recorded_us": _median_us(multiplies, ops, trials),
+            "kernel_call_us": _median_us(kernel_calls, ops, trials), "step_us_per_launch": step_us / per_step,
+            "step_launches": per_step, "engine_workers": engine.default().workers}
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--ops", type=int, default=3000)
+    parser.add_argument("--trials", type=int, default=7)
+    parser.add_argument("--json", action="store_true")
+    args = parser.parse_args()
+    result = measure(args.ops, args.trials)
+    if args.json:
+        print(json.dumps(result))
+        return
+    print(f"# eager op overhead, engine workers {result['engine_workers']} (0: serial); median of {args.trials} "
+          f"trials of {args.ops} ops")
+    print(f"add (16 floats, not recorded)     {result['add_us']:7.2f} us/op")
+    print(f"multiply (recorded for autograd)  {result['multiply_recorded_us']:7.2f} us/op")
+    print(f"MLP 16-8-4 SGD step               {result['step_us_per_launch']:7.2f} us per launch "
+          f"({result['step_launches']} launches)")
+    print(f"the add kernel called directly    {result['kernel_call_us']:7.2f} us")
+
+
+if __name__ == "__main__":
+    main()
