@@ -33,7 +33,7 @@ from tvm import te, tirx
 
 from ..errors import ShapeError
 from . import attrs as A
-from .conv import (DILATION, PADDING, STRIDE, _direct, _flops, check_rank4, conv2d, pad_spatial,
+from .conv import (DILATION, PADDING, STRIDE, _conv_nchw, _direct, _flops, check_rank4, conv2d, pad_spatial,
                    split_nchw, window_out)
 from .grad import as_dtype, wants_grad
 from .registry import Op, call, register
@@ -126,6 +126,8 @@ class Conv2dBackwardData(Op):
     def infer_shape(self, gy, w, in_size, stride, padding, dilation):
         check_rank4(self.name, gy, "gy", "NCHW")
         check_rank4(self.name, w, "w", "OIHW")
+        if not (is_static(w[2]) and is_static(w[3])):
+            raise ShapeError(f"got w {shape_str(w)}, expected a static kernel size", op=self.name, arg="w")
         if not same_dim(gy[1], w[0]):
             raise ShapeError(f"got gy {shape_str(gy)} with {static(gy[1])} channels but w {shape_str(w)} has "
                              f"{static(w[0])} output channels", op=self.name, arg="w")
@@ -161,15 +163,19 @@ class Conv2dBackwardData(Op):
                        (o, kh, kw), out, dt, lambda idx: split_nchw(idx, "NCHW"), (1, 1), dilation)
 
     def reference(self, gy, w, in_size, stride, padding, dilation):
+        """numpy's transposed convolution as the kernel defines it: ``gy`` on
+        the input's grid with zeros between and around (so an inf in ``w``
+        meets those zeros and gives NaN, as in a forward convolution's
+        padding), convolved with the flipped, channel-swapped kernel."""
         (sh, sw), (ph, pw), (dh, dw) = stride, padding, dilation
         kh, kw = w.shape[2:]
-        n, c = gy.shape[0], w.shape[1]
-        dxp = np.zeros((n, c, in_size[0] + 2 * ph, in_size[1] + 2 * pw), np.result_type(gy, w))
-        for i in range(kh):
-            for j in range(kw):
-                contrib = np.einsum("nohw,oc->nchw", gy, w[:, :, i, j])
-                dxp[:, :, i * dh:i * dh + sh * gy.shape[2]:sh, j * dw:j * dw + sw * gy.shape[3]:sw] += contrib
-        return dxp[:, :, ph:ph + in_size[0], pw:pw + in_size[1]]
+        span = (dh * (kh - 1), dw * (kw - 1))
+        grid = np.zeros(gy.shape[:2] + (in_size[0] + 2 * span[0] + 2 * ph, in_size[1] + 2 * span[1] + 2 * pw),
+                        gy.dtype)
+        grid[:, :, span[0]:span[0] + sh * gy.shape[2]:sh, span[1]:span[1] + sw * gy.shape[3]:sw] = gy
+        placed = grid[:, :, ph:ph + in_size[0] + span[0], pw:pw + in_size[1] + span[1]]
+        flipped = w[:, :, ::-1, ::-1].transpose(1, 0, 2, 3)
+        return _conv_nchw(placed, flipped, (1, 1), (0, 0), dilation)
 
     def gradient(self, g, node):
         """dx is linear in (gy, w): dgy is the forward conv of ``g`` with w,

@@ -26,7 +26,7 @@ from ..errors import GradError, ShapeError
 from . import attrs as A
 from .registry import Op, call, register
 from .grad import as_dtype
-from .shapes import dtype_of, promote, shape_str, size
+from .shapes import dtype_of, promote, same_dim, shape_str, size
 
 FLOATS = ("float32", "float64")
 EPS = {"eps": A.Attr(A.positive_float, default=1e-5, doc="added to the variance")}
@@ -36,7 +36,7 @@ def _check_channels(name: str, x, *per_channel) -> None:
     if len(x) < 2:
         raise ShapeError(f"got x of shape {shape_str(x)}, expected (N, C, ...)", op=name, arg="x")
     for arg, s in per_channel:
-        if tuple(s) != (x[1],):
+        if len(s) != 1 or not same_dim(s[0], x[1]):
             raise ShapeError(f"got {arg} of shape {shape_str(s)}, expected ({x[1]},): one value per channel",
                              op=name, arg=arg)
 
@@ -140,7 +140,7 @@ class BatchNormTrainGrad(Op):
     attrs = EPS
 
     def infer_shape(self, gy, x, gamma, gmean, gvar, eps):
-        if tuple(gy) != tuple(x):
+        if len(gy) != len(x) or not all(same_dim(a, b) for a, b in zip(gy, x)):
             raise ShapeError(f"got gy of shape {shape_str(gy)}, expected x's {shape_str(x)}", op=self.name, arg="gy")
         _check_channels(self.name, x, ("gamma", gamma), ("gmean", gmean), ("gvar", gvar))
         return [tuple(x), (x[1],), (x[1],)]

@@ -27,7 +27,7 @@ from tvm import te
 from ..errors import ShapeError
 from . import attrs as A
 from .registry import Op, register
-from .shapes import dtype_of, shape_str
+from .shapes import dtype_of, is_static, same_dim, shape_str, static
 
 FLOATS = ("float32", "float64")
 
@@ -52,10 +52,10 @@ class _Update(Op):
     def infer_shape(self, w, g, *rest, **attrs):
         *state, h = rest
         for i, s in enumerate([g] + state, start=1):
-            if tuple(s) != tuple(w):
+            if len(s) != len(w) or not all(same_dim(a, b) for a, b in zip(s, w)):
                 raise ShapeError(f"input {i} has shape {shape_str(s)}, expected the parameter's {shape_str(w)}",
                                  op=self.name, arg=f"input {i}")
-        if tuple(h) != (len(self.HYPER),):
+        if len(h) != 1 or not is_static(h[0]) or static(h[0]) != len(self.HYPER):  # read by index: never symbolic
             raise ShapeError(f"got hyperparameters of shape {shape_str(h)}, expected ({len(self.HYPER)},): "
                              f"[{', '.join(self.HYPER)}]", op=self.name, arg="h")
         return [tuple(w)] * (1 + self.STATE)
