@@ -21,6 +21,7 @@ from .registry import Op, register
 from .shapes import FLOATS, NUMERIC, broadcast_index, broadcast_shapes, dtype_of, float_of, promote, size
 
 sign = op_ref("sign")  # abs's gradient: an op with no operator (see oprefs)
+relu_grad = op_ref("relu_grad")
 
 
 def _map(x, fn, name, dtype):
@@ -97,7 +98,7 @@ class Relu(Unary):
         return np.maximum(x, np.zeros((), x.dtype))
 
     def gradient(self, g, node):
-        return (g * cast_like(node > 0, g),)
+        return (relu_grad(g, node),)
 
 
 @register
@@ -244,6 +245,32 @@ class Add(Binary):
     def gradient(self, g, node):
         a, b = node.inputs
         return unbroadcast(g, a.shape, a.dtype), unbroadcast(g, b.shape, b.dtype)
+
+
+@register
+class ReluGrad(Binary):
+    """``relu_grad(g, y)``: ``g`` where ``y > 0``, else 0 — relu's gradient
+    from its output in one pass (PyTorch's ``threshold_backward``; a
+    multiply by the mask would need three, and turn an infinite ``g`` into
+    NaN where the mask is 0)."""
+
+    name = "relu_grad"
+    grad_inputs = (1,)
+    grad_output = False
+    dtypes = FLOATS
+
+    @staticmethod
+    def expr(g, y):
+        return tirx.Select(y > tirx.const(0, dtype_of(y)), g, tirx.const(0, dtype_of(g)))
+
+    @staticmethod
+    def reference(g, y):
+        dt = np.result_type(g, y)
+        return np.where(y > 0, g, 0).astype(dt)
+
+    def gradient(self, gg, node):
+        g, y = node.inputs
+        return unbroadcast(relu_grad(gg, y), g.shape, g.dtype), None
 
 
 @register

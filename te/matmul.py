@@ -20,14 +20,14 @@ from tvm import te, tirx
 from ..errors import AttrError, ShapeError
 from . import attrs as A
 from . import nanmath
-from .grad import as_dtype, cast_like, unbroadcast, wants_grad
+from .grad import as_dtype, unbroadcast, wants_grad
 from .oprefs import op_ref
 from .registry import Op, register
 from .shapes import (FLOATS, NUMERIC, broadcast_index, broadcast_shapes, dtype_of, promote, same_dim,
                      shape_str, size, static)
 
 # matmul of transposed operands (the transpose_a/transpose_b attrs), for which ``@`` has no spelling
-matmul = op_ref("matmul")
+matmul, relu_grad = op_ref("matmul"), op_ref("relu_grad")
 
 
 def _swap(shape):
@@ -201,7 +201,7 @@ class Dense(Op):
     def gradient(self, g, node):
         x, w, b = node.inputs
         if node.attrs["relu"]:
-            g = g * cast_like(node > 0, g)
+            g = relu_grad(g, node)
         gx = as_dtype(matmul(g, w, transpose_b=True), x.dtype) if wants_grad(x) else None
         gw = as_dtype(matmul(x, g, transpose_a=True), w.dtype) if wants_grad(w) else None
         return gx, gw, as_dtype(g.sum(axis=0), b.dtype) if wants_grad(b) else None

@@ -36,3 +36,6 @@ CASES += [Case("cast", [(5, 6)], attrs={"dtype": "int32"}, grad=False), Case("ca
 # exp and sigmoid across float32's whole range: overflow to inf, underflow to 0
 CASES += [Case("exp", [(257,)], low=-110.0, high=110.0, grad=False),
           Case("sigmoid", [(257,)], low=-110.0, high=110.0, grad=False)]
+# relu's gradient from its output: its own gradient reaches g only (y is a mask)
+CASES += [Case("relu_grad", [(17, 33), (17, 33)], grad_inputs=(0,)), Case("relu_grad", [(3, 1, 5), (4, 1)], grad_inputs=(0,)),
+          Case("relu_grad", [(2, 3, 5), (2, 3, 5)], "float64", grad_inputs=(0,))]
