@@ -19,7 +19,8 @@
                       push order (for debugging and comparison); a whole number
                       from 1 to ``max_threads()`` sets its worker threads
                       (default: the usable cores).
-``KILN_KEEP_MEMORY``  ``1`` (default) or ``0``: when the engine starts (eager
+``KILN_KEEP_MEMORY``  on (default) or off, spelled as for ``KILN_DISK_CACHE``:
+                      when the engine starts (eager
                       ``kiln.nn`` work), tell glibc's allocator to keep freed
                       memory for reuse (``keep_freed_memory``); ``0`` leaves
                       the process's allocator as it was.
@@ -132,14 +133,19 @@ def engine_workers() -> int:
     return _thread_count("KILN_ENGINE", value, extra="'serial' or ")
 
 
-def keep_memory() -> bool:
-    """``KILN_KEEP_MEMORY``: whether the engine tunes the allocator (``keep_freed_memory``)."""
-    value = _get("KILN_KEEP_MEMORY")
+def _switch(name: str) -> bool:
+    """An on/off variable, on when unset: one of ``TRUE`` or ``FALSE``."""
+    value = _get(name)
     if value is None or value.lower() in TRUE:
         return True
     if value.lower() in FALSE:
         return False
-    raise ConfigError("KILN_KEEP_MEMORY", value, "1 or 0")
+    raise ConfigError(name, value, f"one of {', '.join(TRUE)} (on) or {', '.join(FALSE)} (off)")
+
+
+def keep_memory() -> bool:
+    """``KILN_KEEP_MEMORY``: whether the engine tunes the allocator (``keep_freed_memory``)."""
+    return _switch("KILN_KEEP_MEMORY")
 
 
 def keep_freed_memory() -> bool:
@@ -185,12 +191,7 @@ def cache_dir() -> Path:
 
 def disk_cache_enabled() -> bool:
     """``KILN_DISK_CACHE``: keep compiled kernels on disk (the default) or in memory only."""
-    value = _get("KILN_DISK_CACHE")
-    if value is None or value.lower() in TRUE:
-        return True
-    if value.lower() in FALSE:
-        return False
-    raise ConfigError("KILN_DISK_CACHE", value, f"one of {', '.join(TRUE)} (on) or {', '.join(FALSE)} (off)")
+    return _switch("KILN_DISK_CACHE")
 
 
 _checked: tuple | None = None  # the values last found valid

@@ -44,7 +44,6 @@ class Optimizer:
             for i, p in enumerate(self.params):
                 if p.grad is not None:
                     self.update(i, p.detach(), p.grad.detach())
-        self._hypers = {}
 
     def hyper(self, values: tuple, dtype: str) -> Tensor:
         """The hyperparameter vector of an update kernel, made once per step

@@ -165,8 +165,8 @@ class Engine:
     def _run_now(self, fn, reads, writes, name: str) -> bool:
         """The inline path when nothing ``fn`` touches is pending or carries
         an error (an eager op's usual case): register it, run it here, retire
-        it; False (nothing done) otherwise. The same bookkeeping as ``_push``,
-        ``_run`` and ``_finish`` without their general cases."""
+        it (``_finish``); False (nothing done) otherwise: ``_push`` and ``_run``
+        without their general cases."""
         writes = tuple(writes)
         with self._lock:
             for v in reads:
@@ -175,36 +175,19 @@ class Engine:
             for v in writes:
                 if v._last_write is not None or v._reads or v._deleted:
                     return False
-            op = _Op(fn, (), writes, (), WORK, False, None, name)
+            reads = tuple(v for v in reads if v not in writes) if writes else tuple(reads)
+            op = _Op(fn, reads, writes, reads, WORK, False, None, name)
             for v in writes:
                 v._last_write = op
-            reads = [v for v in reads if v not in writes] if writes else list(reads)
             for v in reads:
                 v._reads.append(op)
             self._running += 1
         try:
             fn()
-            exc = None
-        except BaseException as err:  # noqa: BLE001 - re-raised at the next wait
-            exc = err
-        with self._lock:
-            op.done = True
-            for v in writes:
-                v._error = exc
-                if v._last_write is op:
-                    v._last_write = None
-            for v in reads:
-                if op in v._reads:
-                    v._reads.remove(op)
-            if exc is not None:
-                self._errors.append(exc)
-            ready = [dep for dep in op.dependents if _release(dep)]
-            op.dependents, op.fn = [], None
-            self._running -= 1
-            if not self._running and self._waiting:
-                self._idle.notify_all()
-        for dep in ready:  # pushed by another thread while this ran, now free to start
-            self._start(dep)
+        except BaseException as exc:  # noqa: BLE001 - re-raised at the next wait
+            self._finish(op, exc)
+            return True
+        self._finish(op, None)
         return True
 
     # -- running ----------------------------------------------------------------------
@@ -302,12 +285,6 @@ class Engine:
         self.wait_for_all()
         if self._pool is not None:
             self._pool.shutdown(wait=True)
-
-
-def _release(dep: _Op) -> bool:
-    """One dependency of ``dep`` is done; whether it was the last."""
-    dep.pending -= 1
-    return dep.pending == 0
 
 
 _default: Engine | None = None

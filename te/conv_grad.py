@@ -42,6 +42,15 @@ from .shapes import dtype_of, is_static, promote, same_dim, shape_str, size, sta
 FLOATS = ("float32", "float64")
 
 
+def _check_gy(op: str, gy, in_hw, kernel, stride, padding, dilation) -> None:
+    """``gy``'s (OH, OW) must be the forward output's for an input of ``in_hw``."""
+    want = tuple(window_out(op, in_hw[a], kernel[a], stride[a], padding[a], dilation[a]) for a in (0, 1))
+    if any(is_static(d) and static(d) != v for d, v in zip(gy[2:], want)):
+        raise ShapeError(f"got gy {shape_str(gy)}, expected (N, O, {want[0]}, {want[1]}): the forward output's shape "
+                         f"for an input of {shape_str(tuple(in_hw))} and these kernel, stride, padding and dilation",
+                         op=op, arg="gy")
+
+
 @register
 class Conv2dBackwardWeight(Op):
     """See the module docstring."""
@@ -60,11 +69,10 @@ class Conv2dBackwardWeight(Op):
     def infer_shape(self, x, gy, kernel, stride, padding, dilation):
         check_rank4(self.name, x, "x", "NCHW")
         check_rank4(self.name, gy, "gy", "NCHW")
-        want = tuple(window_out(self.name, x[2 + a], kernel[a], stride[a], padding[a], dilation[a]) for a in (0, 1))
-        if not same_dim(gy[0], x[0]) or any(is_static(d) and static(d) != w for d, w in zip(gy[2:], want)):
-            raise ShapeError(f"got gy {shape_str(gy)} for x {shape_str(x)}, expected (N, O, {want[0]}, {want[1]}): "
-                             "the forward output's shape for these kernel, stride, padding and dilation",
-                             op=self.name, arg="gy")
+        if not same_dim(gy[0], x[0]):
+            raise ShapeError(f"got gy {shape_str(gy)} for x {shape_str(x)}: the batches differ", op=self.name,
+                             arg="gy")
+        _check_gy(self.name, gy, x[2:], kernel, stride, padding, dilation)
         return (gy[1], x[1], kernel[0], kernel[1])
 
     def infer_dtype(self, x, gy, **attrs):
@@ -131,12 +139,7 @@ class Conv2dBackwardData(Op):
         if not same_dim(gy[1], w[0]):
             raise ShapeError(f"got gy {shape_str(gy)} with {static(gy[1])} channels but w {shape_str(w)} has "
                              f"{static(w[0])} output channels", op=self.name, arg="w")
-        want = tuple(window_out(self.name, in_size[a], static(w[2 + a]), stride[a], padding[a], dilation[a])
-                     for a in (0, 1))
-        if any(is_static(d) and static(d) != v for d, v in zip(gy[2:], want)):
-            raise ShapeError(f"got gy {shape_str(gy)}, expected (N, O, {want[0]}, {want[1]}): the forward output's "
-                             f"shape for an input of {tuple(in_size)} and these kernel, stride, padding and dilation",
-                             op=self.name, arg="gy")
+        _check_gy(self.name, gy, in_size, (static(w[2]), static(w[3])), stride, padding, dilation)
         return (gy[0], w[1], in_size[0], in_size[1])
 
     def infer_dtype(self, gy, w, **attrs):

@@ -101,9 +101,6 @@ class _Update(Op):
         """The new ``w`` from ``w``, ``g``, the new state and ``h``."""
         raise NotImplementedError
 
-    def flops(self, shapes, **attrs) -> float:
-        return 0.0
-
 
 @register
 class SgdStep(_Update):
