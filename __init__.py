@@ -36,7 +36,7 @@ add_config_source(_tuned_config)
 _LAZY = {"nn": ("kiln.nn", None), "optim": ("kiln.nn.optim", None), "data": ("kiln.nn.data", None),
          "Tensor": ("kiln.nn.tensor", "Tensor"), "no_grad": ("kiln.nn.tensor", "no_grad"),
          "manual_seed": ("kiln.nn.rng", "manual_seed"),
-         "export": ("kiln.graph.export", "export"), "autotune": ("kiln.autotune", None)}
+         "export": ("kiln.graph.export", "export"), "compile": ("kiln.nn.compiled", "compile"), "autotune": ("kiln.autotune", None)}
 
 
 def __getattr__(name):

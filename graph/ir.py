@@ -99,6 +99,19 @@ class Graph:
         assert not any(self.users(v) or self.is_output(v) for v in node.outputs), node
         self.nodes.remove(node)
 
+    def prune(self) -> int:
+        """Drop the nodes no output depends on (work a traced run did and
+        threw away); return how many."""
+        live = {id(v) for v in self.outputs}
+        kept = []
+        for node in reversed(self.nodes):
+            if any(id(v) in live for v in node.outputs):
+                kept.append(node)
+                live.update(id(v) for v in node.operands())
+        dropped = len(self.nodes) - len(kept)
+        self.nodes = kept[::-1]
+        return dropped
+
     def constants(self) -> list[Value]:
         """The distinct constants the nodes read."""
         seen: dict[int, Value] = {}

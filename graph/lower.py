@@ -37,18 +37,19 @@ def _compute(node: Node):
 
 def to_relax(graph: Graph, name: str = "main", suffix: str = "") -> tuple[tvm.IRModule, dict]:
     """The graph as the Relax function ``name`` (its kernels' names end in
-    ``suffix``) and ``{PrimFunc name: node}``."""
+    ``suffix``) and ``{PrimFunc name: node}``: one parameter per graph input,
+    in order; the output, or a tuple of the outputs when there are several."""
     bb = relax.BlockBuilder()
-    (x,) = graph.inputs
-    param = relax.Var("x", relax.TensorType(list(x.shape), x.dtype))
-    env, kernels = {id(x): param}, {}
+    params = [relax.Var(v.name or f"in{i}", relax.TensorType(list(v.shape), v.dtype))
+              for i, v in enumerate(graph.inputs)]
+    env, kernels = {id(v): p for v, p in zip(graph.inputs, params)}, {}
 
     def arg(v):
         if id(v) not in env:
             env[id(v)] = relax.const(v.data)
         return env[id(v)]
 
-    with bb.function(name, [param]):
+    with bb.function(name, params):
         with bb.dataflow():
             for node in graph.nodes:
                 args = [arg(v) for v in node.operands()]
@@ -63,7 +64,8 @@ def to_relax(graph: Graph, name: str = "main", suffix: str = "") -> tuple[tvm.IR
                 else:
                     for i, v in enumerate(node.outputs):
                         env[id(v)] = bb.emit(relax.TupleGetItem(out, i))
-            result = bb.emit_output(env[id(graph.outputs[0])])
+            outs = [arg(v) for v in graph.outputs]
+            result = bb.emit_output(outs[0] if len(outs) == 1 else relax.Tuple(outs))
         bb.emit_func_output(result)
     return bb.get(), kernels
 
@@ -117,6 +119,13 @@ def _many_rows_config(space: dict, workload) -> dict:
     defaults, on one thread when 64 rows are below ``PARALLEL_WORK`` (a
     layer so small per row that its launch would cost more than its work)."""
     return _threads(space, workload, 64)
+
+
+def static_config(space: dict, workload) -> dict:
+    """Knob values for a kernel of static shapes (a training step's): the
+    template's defaults, on one thread when its whole work is below
+    ``PARALLEL_WORK``."""
+    return _threads(space, workload, 1)
 
 
 #: the entry functions of a module with a symbolic batch, the first whose

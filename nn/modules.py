@@ -314,8 +314,9 @@ class _BatchNorm(Module):
             y, mean, var = call("batch_norm_train", x, self.weight, self.bias, eps=self.eps)
             with no_grad():
                 m = self.momentum
-                self.running_mean = self.running_mean * (1 - m) + mean.detach() * m
-                self.running_var = self.running_var * (1 - m) + var.detach() * m
+                # in place (the same Tensors): a compiled step sees the state it updates
+                self.running_mean.data = self.running_mean * (1 - m) + mean.detach() * m
+                self.running_var.data = self.running_var * (1 - m) + var.detach() * m
             return y
         centered = x - self._view(self.running_mean, x.ndim)
         scale = self._view(self.weight / (self.running_var + self.eps).sqrt(), x.ndim)

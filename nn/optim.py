@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import math
 import numbers
+from dataclasses import dataclass, field
 
 import numpy as np
 
@@ -39,11 +40,27 @@ class Optimizer:
     reset_grad = zero_grad
 
     def step(self) -> None:
-        self._hypers = {}
+        """Update every parameter that has a gradient, one fused kernel each."""
         with no_grad():
-            for i, p in enumerate(self.params):
-                if p.grad is not None:
-                    self.update(i, p.detach(), p.grad.detach())
+            for i, update in self.plan_step():
+                self.apply(i, update, self.params[i].grad.detach())
+
+    def plan_step(self, indices=None) -> list:
+        """Begin a step and plan the update of each parameter in ``indices``
+        (default: those with a gradient): ``[(index, Update)]``. A compiled
+        step (``kiln.compile``) plans each call this way and feeds the
+        hyperparameters to its module, so the bookkeeping is the eager one."""
+        self._hypers = {}
+        self.begin_step()
+        if indices is None:
+            indices = [i for i, p in enumerate(self.params) if p.grad is not None]
+        return [(i, self.plan(i, self.params[i])) for i in indices]
+
+    def apply(self, i: int, update: "Update", g: Tensor) -> None:
+        """Run ``update`` on parameter ``i`` (in place) with its gradient ``g``."""
+        w = self.params[i]
+        h = self.hyper(update.values, w.dtype)
+        w.detach().apply_(update.op, g, *update.states, h, **update.attrs)
 
     def hyper(self, values: tuple, dtype: str) -> Tensor:
         """The hyperparameter vector of an update kernel, made once per step
@@ -53,9 +70,23 @@ class Optimizer:
             self._hypers[key] = Tensor(np.asarray(values, dtype))
         return self._hypers[key]
 
-    def update(self, i: int, w: Tensor, g: Tensor) -> None:
-        """Update ``w`` (sharing the parameter's memory) in place from its gradient ``g``."""
+    def begin_step(self) -> None:
+        """The step's own bookkeeping (Adam counts its steps)."""
+
+    def plan(self, i: int, w: Tensor) -> "Update":
+        """The update of parameter ``i`` this step (making its state on first use)."""
         raise NotImplementedError
+
+
+@dataclass(frozen=True)
+class Update:
+    """One parameter's update: the fused op, its state tensors (written in
+    place with the weight), its hyperparameter values and attributes."""
+
+    op: str
+    states: tuple
+    values: tuple
+    attrs: dict = field(default_factory=dict)
 
 
 def _check(name: str, value: float, low: float, high: float | None = None, owner: str = "optimizer",
@@ -107,10 +138,9 @@ class SGD(Optimizer):
         self.dampening, self.nesterov = dampening, bool(nesterov)
         self.u: dict[int, Tensor] = {}
 
-    def update(self, i, w, g):
+    def plan(self, i, w):
         if not self.momentum:
-            w.apply_("sgd_step", g, self.hyper((self.lr, self.weight_decay), w.dtype))
-            return
+            return Update("sgd_step", (), (self.lr, self.weight_decay))
         m, first = self.momentum, i not in self.u
         if first:  # the buffer starts at 0; PyTorch's first step sets it to g (decay 0, keep 1)
             self.u[i] = Tensor(np.zeros(w.shape, w.dtype))
@@ -118,8 +148,8 @@ class SGD(Optimizer):
             decay, keep = m, 1 - m
         else:
             decay, keep = (0.0, 1.0) if first else (m, 1 - self.dampening)
-        h = self.hyper((self.lr, self.weight_decay, decay, keep, m), w.dtype)
-        w.apply_("sgd_momentum_step", g, self.u[i], h, nesterov=self.nesterov)
+        return Update("sgd_momentum_step", (self.u[i],), (self.lr, self.weight_decay, decay, keep, m),
+                      {"nesterov": self.nesterov})
 
 
 class Adam(Optimizer):
@@ -135,13 +165,12 @@ class Adam(Optimizer):
         self.m: dict[int, Tensor] = {}
         self.v: dict[int, Tensor] = {}
 
-    def step(self) -> None:
+    def begin_step(self) -> None:
         self.t += 1
-        super().step()
 
-    def update(self, i, w, g):
+    def plan(self, i, w):
         if i not in self.m:
             self.m[i], self.v[i] = Tensor(np.zeros(w.shape, w.dtype)), Tensor(np.zeros(w.shape, w.dtype))
         b1, b2 = self.beta1, self.beta2
-        h = self.hyper((self.lr, self.weight_decay, b1, b2, self.eps, 1 - b1 ** self.t, 1 - b2 ** self.t), w.dtype)
-        w.apply_("adam_step", g, self.m[i], self.v[i], h)
+        return Update("adam_step", (self.m[i], self.v[i]),
+                      (self.lr, self.weight_decay, b1, b2, self.eps, 1 - b1 ** self.t, 1 - b2 ** self.t))

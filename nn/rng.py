@@ -19,6 +19,8 @@ from typing import Iterator
 
 import numpy as np
 
+from . import record
+
 from ..errors import AttrError
 
 _local = threading.local()
@@ -41,8 +43,12 @@ def manual_seed(seed: int) -> None:
 
 def generator() -> np.random.Generator:
     """The generator a random draw uses here: the batch's own while a
-    DataLoader assembles a batch, else the global one."""
-    return getattr(_local, "generator", None) or _global
+    DataLoader assembles a batch, else the global one (which a compiled
+    function cannot draw from: its draws would be fixed when traced)."""
+    own = getattr(_local, "generator", None)
+    if own is None and record._active is not None:
+        record._active.host_random()
+    return own or _global
 
 
 def draw_seed(gen: np.random.Generator | None = None) -> int:

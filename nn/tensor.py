@@ -37,6 +37,7 @@ from ..runtime import engine as _engine
 from ..runtime import pool as _pool
 from ..te import call, get_op
 from ..te.value import ValueOps
+from . import record as _recording
 from .autograd import (_Node, _record, _topological, grad_enabled, keep_all_for_backward,  # noqa: F401
                        no_grad, saved_bytes)
 
@@ -89,6 +90,8 @@ class Tensor(ValueOps):
                               op="Tensor", arg="device")
         source = data.wait()._array if isinstance(data, Tensor) else data
         self._array = _to_device(source, dtype)
+        if _recording._active is not None and self._array is not source:
+            _recording._active.created(self)
         self._var = _engine.default().new_var()
         self._node, self._index = None, 0
         self._shape = _meta(self._array)
@@ -131,7 +134,10 @@ class Tensor(ValueOps):
         ins = [t._array for t in tensors]
         engine.push(lambda: found.launch(ins, arrays), reads=[t._var for t in tensors], writes=variables,
                     name=op.name, inline=True)  # the kernel takes every core itself
+        recorder = _recording._active
         if out is not None:
+            if recorder is not None:
+                recorder.apply(op, found.kernel.attrs, tensors, arrays, specs, None)
             return out
         if op.data_dependent:  # its length is known once it has run: wait for it
             engine.wait_for_var(variables[1])
@@ -147,6 +153,8 @@ class Tensor(ValueOps):
         name = op.name
         outs = [cls._wrap(a, v, node, i, record, (s, d, name))
                 for i, (a, v, (s, d)) in enumerate(zip(arrays, variables, specs))]
+        if recorder is not None:
+            recorder.apply(op, found.kernel.attrs, tensors, arrays, specs, outs)
         return outs if op.multi_output else outs[0]
 
     @staticmethod

@@ -1,0 +1,233 @@
+"""``kiln.compile``: a function of Tensors — a whole training step — as one
+compiled module call.
+
+    step = kiln.compile(lambda x, y: loss_fn(model(x), y), optimizer)
+    loss = step(x, y)        # forward, backward and update: one module call
+
+The first call with a new signature (the arguments' shapes and dtypes) runs
+eagerly while ``nn/record.py`` records it — the function, then with an
+optimizer the loss's backward and the optimizer's fused updates — into one
+graph, which ``graph.step`` compiles (pruned, fused, memory planned
+statically). Later calls of that signature run the module: the arguments,
+the optimizer's hyperparameters for this step and the state (parameters,
+optimizer buffers, running statistics) in; the results and the state's new
+values out. The state Tensors take their new arrays without a copy.
+
+As with ``jax.jit``, Python decisions the function makes are fixed when it
+is traced: a module's ``training`` flag, shapes, attributes read as numbers.
+Each call plans the optimizer's step in Python (``Optimizer.plan_step``), so
+learning-rate changes and Adam's step count apply. Gradients stay inside the
+module (parameters' ``.grad`` are left None). A function the recorder cannot
+capture (a data-dependent op, host random numbers such as dropout's mask, a
+tensor it keeps beyond the call) runs eagerly, with one warning saying why.
+"""
+from __future__ import annotations
+
+import warnings
+
+import numpy as np
+import tvm
+
+from ..errors import AttrError, KilnError, ShapeError
+from ..runtime import engine as _engine
+from . import record
+from .tensor import Tensor, no_grad
+
+#: signatures compiled per function; another one compiles again, the oldest is dropped
+MAX_SIGNATURES = 8
+
+
+class CompileWarning(UserWarning):
+    """A compiled function runs eagerly (the reason is the message)."""
+
+
+class _Eager:
+    """A signature that runs eagerly, and why."""
+
+    def __init__(self, reason: str):
+        self.reason = reason
+
+
+class _Module:
+    """One signature's compiled step and how its inputs and outputs bind."""
+
+    def __init__(self, func, keep, recorded, feed_of: dict, updates: dict):
+        self.func, self._keep = func, keep
+        self.states = recorded.states
+        self.results = recorded.results
+        self.specs = [(tuple(int(d) for d in v.shape), v.dtype) for v in recorded.graph.outputs[:self.results]]
+        self.feeds = len(recorded.feeds)
+        self.feed_of = feed_of  # parameter index -> position of its hyperparameter feed
+        self.updates = updates  # parameter index -> (op, attrs) traced
+        self._hypers: dict = {}
+
+    def hypers(self, optimizer) -> list | None:
+        """This step's hyperparameter feeds, planned as an eager step plans
+        them; None when the plan no longer matches the traced one."""
+        values = [None] * self.feeds
+        for i, update in optimizer.plan_step(list(self.updates)):
+            if (update.op, update.attrs) != self.updates[i]:
+                return None
+            k = self.feed_of[i]
+            if values[k] is None:
+                values[k] = (update.values, optimizer.params[i].dtype)
+            elif values[k][0] != update.values:
+                return None
+        out = []
+        for key in values:
+            array = self._hypers.get(key)
+            if array is None:
+                if len(self._hypers) > 64:
+                    self._hypers.clear()
+                array = self._hypers[key] = tvm.runtime.tensor(np.asarray(key[0], key[1]))
+            out.append(array)
+        return out
+
+    def run(self, tensors, hypers) -> list:
+        engine = _engine.default()
+        ins = []
+        for t in tensors:
+            engine.wait_for_var(t._var)
+            ins.append(t._array)
+        ins.extend(hypers)
+        for state in self.states:
+            if state.owners:
+                owner = state.owners[0]
+                engine.wait_for_var(owner._var)
+                ins.append(owner._array)
+            else:
+                ins.append(state.array)
+        result = self.func(*ins)
+        outs = [result] if isinstance(result, tvm.runtime.Tensor) else list(result)
+        for state in self.states:
+            if state.out is not None:
+                new = outs[state.out]
+                state.array = new
+                for owner in state.owners:
+                    owner._array = new
+        return [Tensor._wrap(outs[k], engine.new_var(), shape=(s, d, "compiled"))
+                for k, (s, d) in enumerate(self.specs)]
+
+
+class Compiled:
+    """``fn`` compiled per signature; see the module's docstring and ``kiln.compile``."""
+
+    def __init__(self, fn, optimizer=None, target=None):
+        if not callable(fn):
+            raise AttrError(f"got {type(fn).__name__}, expected a callable", op="compile", arg="fn")
+        if optimizer is not None and not hasattr(optimizer, "plan_step"):
+            raise AttrError(f"got {type(optimizer).__name__}, expected a kiln.optim optimizer", op="compile",
+                            arg="optimizer")
+        self.fn, self.optimizer, self.target = fn, optimizer, target
+        self._steps: dict = {}
+        self._warned: set = set()
+
+    def __call__(self, *args):
+        tensors = [a if isinstance(a, Tensor) else Tensor(a) for a in args]
+        key = tuple((t.shape, t.dtype) for t in tensors)
+        step = self._steps.get(key)
+        if isinstance(step, _Module):
+            hypers = step.hypers(self.optimizer) if self.optimizer is not None else []
+            if hypers is not None:
+                return self._unpack(step.run(tensors, hypers))
+            step = None  # the optimizer's plan changed (another op or attribute): trace it again
+        if step is None:
+            return self._trace(key, tensors)
+        return self._unpack(self._eager(tensors))
+
+    @property
+    def signatures(self) -> int:
+        """How many signatures are compiled (not counting those that run eagerly)."""
+        return sum(isinstance(s, _Module) for s in self._steps.values())
+
+    def _unpack(self, results):
+        return results[0] if self._single else tuple(results)
+
+    def _results(self, out) -> list:
+        self._single = isinstance(out, Tensor)
+        results = [out] if self._single else list(out) if isinstance(out, (tuple, list)) else None
+        if not results or not all(isinstance(r, Tensor) for r in results):
+            raise AttrError(f"the function returned {type(out).__name__}, expected a Tensor or a tuple of Tensors",
+                            op="compile", arg="fn")
+        if self.optimizer is not None and results[0].shape != ():
+            raise ShapeError(f"the function's first result has shape {results[0].shape}, expected the 0-d loss "
+                             "the optimizer steps on", op="compile", arg="fn")
+        return results
+
+    def _eager(self, tensors) -> list:
+        """One eager call (the fallback, and the traced run itself)."""
+        opt = self.optimizer
+        if opt is None:
+            with no_grad():
+                return [r.detach() for r in self._results(self.fn(*tensors))]
+        opt.zero_grad()
+        results = self._results(self.fn(*tensors))
+        results[0].backward()
+        opt.step()
+        opt.zero_grad()
+        return [r.detach() for r in results]
+
+    def _trace(self, key, tensors):
+        opt = self.optimizer
+        if opt is not None:
+            opt.zero_grad()
+        recorder = record.start()
+        feed_of, updates = {}, {}
+        try:
+            for t in tensors:
+                recorder.arg(t)
+            if opt is None:
+                with no_grad():
+                    results = [r.detach() for r in self._results(self.fn(*tensors))]
+            else:
+                results = self._results(self.fn(*tensors))
+                results[0].backward()
+                with no_grad():
+                    for i, update in opt.plan_step():
+                        with recorder.feeding(i):
+                            opt.apply(i, update, opt.params[i].grad.detach())
+                        if recorder.problem is None:  # the update's hyperparameters
+                            feed_of[i] = recorder.graph.nodes[-1].inputs[-1]
+                        updates[i] = (update.op, update.attrs)
+                opt.zero_grad()
+                results = [r.detach() for r in results]
+        finally:
+            record.stop()
+        recorded = recorder.finish(results)
+        if recorded.problem is None:
+            try:
+                step = self._build(recorded, feed_of, updates)
+            except KilnError as exc:
+                recorded.problem = f"it could not be compiled: {exc}"
+        if recorded.problem is not None:
+            step = _Eager(recorded.problem)
+            if recorded.problem not in self._warned:
+                self._warned.add(recorded.problem)
+                warnings.warn(f"kiln.compile: running {getattr(self.fn, '__name__', 'the function')} eagerly: "
+                              f"{recorded.problem}", CompileWarning, stacklevel=3)
+        if len(self._steps) >= MAX_SIGNATURES:
+            self._steps.pop(next(iter(self._steps)))
+        self._steps[key] = step
+        return self._unpack(results)
+
+    def _build(self, recorded, feed_of, updates) -> _Module:
+        from ..graph.step import compile_graph
+
+        feeds = [v for v in recorded.graph.inputs[recorded.args:recorded.args + len(recorded.feeds)]]
+        feed_of = {i: next(k for k, f in enumerate(feeds) if f is v) for i, v in feed_of.items()}
+        func, keep = compile_graph(recorded.graph, self.target)
+        return _Module(func, keep, recorded, feed_of, updates)
+
+
+def compile(fn=None, optimizer=None, *, target=None):  # noqa: A001 - the name users reach for (torch.compile)
+    """Compile ``fn`` (Tensors in, a Tensor or a tuple of Tensors out) into one
+    module call per signature.
+
+    With ``optimizer``, ``fn`` returns the loss first (a 0-d Tensor) and each
+    call is a whole training step: the loss's gradients with respect to the
+    optimizer's parameters, then the optimizer's update, in place. Returns
+    ``fn``'s results, detached. Usable as a decorator: ``@kiln.compile``.
+    """
+    if fn is None:
+        return lambda f: Compiled(f, optimizer, target)
+    return Compiled(fn, optimizer, target)
