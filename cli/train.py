@@ -58,6 +58,9 @@ def register(subparsers) -> None:
     parser.add_argument("--lr", type=_learning_rate, default=None, help="learning rate (default: sgd 0.1, adam 0.01)")
     parser.add_argument("--seed", type=seed_int, default=0, metavar="S",
                         help="seeds the initial weights and the shuffling (default 0)")
+    parser.add_argument("--eager", action="store_true",
+                        help="launch one kernel per op instead of compiling each training step into one module "
+                             "call (kiln.compile)")
     parser.add_argument("--export", metavar="MODEL.so", help="write the trained model as one compiled module")
     parser.add_argument("--save", metavar="CKPT.npz",
                         help="write a checkpoint (weights .npz + .npz.json spec) after training, or at Ctrl-C")
@@ -130,7 +133,7 @@ def run(args) -> int:
     try:
         with _stop_requests() as stop, CompileProgress():
             history = train.fit(model, train_loader, test_loader, opt, args.epochs, progress_factory=_progress,
-                                on_epoch=on_epoch, classes=CLASSES, on_batch=stop)
+                                on_epoch=on_epoch, classes=CLASSES, on_batch=stop, compiled=not args.eager)
     except KeyboardInterrupt:
         where = (f"checkpoint written to {save_checkpoint(model, args.save, spec)}" if args.save
                  else "nothing saved (--save CKPT.npz keeps a checkpoint on Ctrl-C)")

@@ -8,26 +8,96 @@ reuses the intermediates' buffers. A call is one VM call: the inputs in,
 the outputs (a tuple when several) back. The passes that need constant
 weights (folding, pre-packing, blocked layouts) have nothing to do in a
 training step, whose weights change every call.
+
+Compiled modules go through the kernel cache (``runtime/cache.py``: memory,
+then disk, atomically written and content-checked) under a key describing
+the optimized graph — its nodes, shapes, attributes and constants — with the
+target and the code that compiles it, so a rerun of the same training step
+loads its module instead of compiling it.
 """
 from __future__ import annotations
 
+import functools
+import hashlib
+from pathlib import Path
+
+import numpy as np
 import tvm
 from tvm import relax
 
+from ..runtime import cache
 from ..runtime.device import as_target
+from ..te.workload import digest
+from ..version import __version__
 from .export import compile_module
 from .fuse import fuse_epilogues
 from .ir import Graph
-from .lower import static_config, schedule_kernels, to_relax
+from .lower import schedule_kernels, static_config, to_relax
+
+
+class _Module:
+    """A compiled module as the kernel cache holds it (``module``: the
+    executable, or the library it was stored as)."""
+
+    def __init__(self, module):
+        self.module = module
 
 
 def compile_graph(graph: Graph, target=None):
     """The graph's compiled function (rewriting ``graph`` in place) and the
-    executable that keeps its code alive."""
+    objects that keep its code alive."""
     target = as_target(target)
     graph.prune()
     fuse_epilogues(graph)
-    mod, kernels = to_relax(graph, "main")
-    executable = compile_module(schedule_kernels(mod, kernels, target, static_config), target)
-    vm = relax.VirtualMachine(executable, tvm.cpu())
-    return vm["main"], (executable, vm)
+
+    def build():
+        mod, kernels = to_relax(graph, "main")
+        executable = compile_module(schedule_kernels(mod, kernels, target, static_config), target)
+        return _Module(executable), executable
+
+    held = cache.get(graph_key(graph, target), _Module, build)
+    vm = relax.VirtualMachine(held.module, tvm.cpu())
+    return vm["main"], (held, vm)
+
+
+def describe(graph: Graph) -> dict:
+    """The graph as JSON-able text: inputs, nodes (op, attributes, epilogue,
+    operands by position) and outputs; constants by the hash of their bytes."""
+    names: dict[int, str] = {}
+
+    def ref(v) -> str:
+        if id(v) not in names:
+            if v.is_const:
+                data = np.ascontiguousarray(v.data)
+                names[id(v)] = f"const:{v.dtype}:{list(v.shape)}:{hashlib.sha256(data.tobytes()).hexdigest()}"
+            else:
+                raise ValueError(f"{v!r} is read before it is made")
+        return names[id(v)]
+
+    for i, v in enumerate(graph.inputs):
+        names[id(v)] = f"in{i}:{v.dtype}:{[str(d) for d in v.shape]}"
+    nodes = []
+    for k, node in enumerate(graph.nodes):
+        nodes.append({"op": node.op.name, "attrs": repr(sorted(node.attrs.items())),
+                      "epilogue": [(op.name, repr(sorted(attrs.items())), len(others))
+                                   for op, attrs, others in node.epilogue],
+                      "operands": [ref(v) for v in node.operands()]})
+        for j, v in enumerate(node.outputs):
+            names[id(v)] = f"n{k}.{j}:{v.dtype}:{[str(d) for d in v.shape]}"
+    return {"inputs": [names[id(v)] for v in graph.inputs], "nodes": nodes,
+            "outputs": [ref(v) for v in graph.outputs]}
+
+
+@functools.lru_cache(maxsize=None)
+def _graph_code() -> str:
+    """Hash of the graph layer's code (how a graph becomes a module)."""
+    h = hashlib.sha256()
+    for path in sorted(Path(__file__).resolve().parent.glob("*.py")):
+        h.update(path.name.encode())
+        h.update(path.read_bytes())
+    return h.hexdigest()[:16]
+
+
+def graph_key(graph: Graph, target) -> str:
+    return digest({"graph": describe(graph), "target": target.key, "kiln": __version__, "tvm": tvm.__version__,
+                   "code": cache.code_fingerprint(), "graph_code": _graph_code(), "entry": cache.ENTRY_FORMAT})

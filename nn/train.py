@@ -12,6 +12,7 @@ import numpy as np
 
 from . import modules as M
 from .data import check_labels
+from .compiled import Compiled
 from .tensor import Tensor, no_grad
 from .zoo import MODELS, build_model  # noqa: F401  (kiln.nn.train.build_model is public API)
 
@@ -49,14 +50,26 @@ def dataset_labels(dataset):
     return arrays[1] if isinstance(arrays, (tuple, list)) and len(arrays) >= 2 else None
 
 
+def compiled_step(model, loss_fn, optimizer) -> Compiled:
+    """One training step of ``model`` as a compiled function: ``step(x, y)``
+    runs forward, loss, backward and ``optimizer``'s update as one module
+    call and returns ``(loss, logits)``."""
+    def train_step(x, y):
+        logits = model(x)
+        return loss_fn(logits, y), logits
+    return Compiled(train_step, optimizer)
+
+
 def run_epoch(model, loader, loss_fn, optimizer=None, progress=None, classes: int | None = None,
-              on_batch: Callable[[], None] | None = None) -> tuple[float, float]:
+              on_batch: Callable[[], None] | None = None, step: Compiled | None = None) -> tuple[float, float]:
     """One pass over ``loader``: (mean loss, error rate); trains when an optimizer is given.
 
     ``classes`` checks each batch's labels (``data.check_labels``); ``on_batch()``
     is called after every batch, between steps (a safe point to stop). Every
     op of a step (the model's layers, the loss, the update) takes its kernel
-    from the model's ``kernel_pool``: the run's kernels are the model's."""
+    from the model's ``kernel_pool``: the run's kernels are the model's.
+    ``step`` (``compiled_step``) trains the batches of the loader's batch
+    size; a smaller last batch trains eagerly rather than compiling again."""
     model.train(optimizer is not None)
     total_loss, wrong, seen = 0.0, 0, 0
     with model.kernel_pool.activate():
@@ -64,7 +77,9 @@ def run_epoch(model, loader, loss_fn, optimizer=None, progress=None, classes: in
             if classes is not None:
                 check_labels(y, classes, "train")
             xs, ys = Tensor(x), Tensor(np.asarray(y, dtype="int32"))
-            if optimizer is not None:
+            if step is not None and optimizer is not None and len(y) == loader.batch_size:
+                loss, logits = step(xs, ys)
+            elif optimizer is not None:
                 optimizer.zero_grad()
                 logits = model(xs)
                 loss = loss_fn(logits, ys)
@@ -86,7 +101,8 @@ def run_epoch(model, loader, loss_fn, optimizer=None, progress=None, classes: in
 
 
 def fit(model, train_loader, test_loader, optimizer, epochs: int, loss_fn=None, progress_factory=None,
-        on_epoch=None, classes: int | None = None, on_batch: Callable[[], None] | None = None) -> History:
+        on_epoch=None, classes: int | None = None, on_batch: Callable[[], None] | None = None,
+        compiled: bool = True) -> History:
     """Train for ``epochs``, evaluating on ``test_loader`` after each; the model ends in eval mode.
 
     Parameters
@@ -100,6 +116,10 @@ def fit(model, train_loader, test_loader, optimizer, epochs: int, loss_fn=None, 
     on_batch : callable, optional
         Called after every batch; an exception it raises (``KeyboardInterrupt``
         for a requested stop) ends training between two steps.
+    compiled : bool
+        Train with one compiled module call per step (``kiln.compile``; the
+        first step of a batch shape runs eagerly and compiles it), else
+        eagerly, one kernel launch per op.
     """
     if classes is not None:
         for name, loader in (("training", train_loader), ("test", test_loader)):
@@ -107,12 +127,13 @@ def fit(model, train_loader, test_loader, optimizer, epochs: int, loss_fn=None, 
             if labels is not None:
                 check_labels(labels, classes, f"train ({name} set)")
     loss_fn = loss_fn or M.SoftmaxLoss()
+    step = compiled_step(model, loss_fn, optimizer) if compiled else None
     history = History()
     for epoch in range(1, epochs + 1):
         start = time.perf_counter()
         bar = progress_factory(epoch, len(train_loader)) if progress_factory else None
         try:
-            train_loss, train_err = run_epoch(model, train_loader, loss_fn, optimizer, bar, classes, on_batch)
+            train_loss, train_err = run_epoch(model, train_loader, loss_fn, optimizer, bar, classes, on_batch, step)
         finally:
             if bar is not None:
                 bar.close()
