@@ -1,0 +1,163 @@
+"""kiln.compile: a whole training step (or any function of Tensors) recorded
+from one eager run and replayed as one module call per signature."""
+import warnings
+
+import numpy as np
+import pytest
+
+import kiln
+from kiln import nn
+from kiln.errors import AttrError, ShapeError
+from kiln.nn.compiled import CompileWarning
+from kiln.nn.zoo import build_model
+from kiln.runtime import cache
+from kiln.runtime.pool import Dispatch
+
+SHAPES = {"mlp": (64,), "mlp-residual": (64,), "cnn": (1, 8, 8), "resnet": (1, 8, 8)}
+
+
+def _twins(name, seed=0):
+    kiln.manual_seed(seed)
+    a = build_model(name, SHAPES[name], 10)
+    kiln.manual_seed(seed)
+    b = build_model(name, SHAPES[name], 10)
+    return a, b
+
+
+def _batches(shape, n, batch, seed=0):
+    rng = np.random.default_rng(seed)
+    return [(rng.random((batch, *shape), dtype=np.float32), rng.integers(0, 10, batch).astype("int32"))
+            for _ in range(n)]
+
+
+def _eager_step(model, opt, loss_fn, x, y):
+    opt.zero_grad()
+    loss = loss_fn(model(nn.Tensor(x)), nn.Tensor(y))
+    loss.backward()
+    opt.step()
+    return float(loss.numpy())
+
+
+def _state_gap(a, b) -> float:
+    sa, sb = a.state_dict(), b.state_dict()
+    assert sa.keys() == sb.keys()
+    return max(float(np.max(np.abs(sa[k] - sb[k]))) for k in sa)
+
+
+@pytest.mark.parametrize("name", sorted(SHAPES))
+def test_compiled_step_matches_eager_over_50_steps(name):
+    """Same losses and parameters (and BatchNorm running statistics) as eager
+    mode: measured equal to the last bit on the CPU; allowed 1e-5 relative."""
+    eager, compiled = _twins(name)
+    loss_fn = nn.SoftmaxLoss()
+    opt_e = nn.optim.SGD(eager.parameters(), lr=0.05, momentum=0.9, weight_decay=1e-4)
+    opt_c = nn.optim.SGD(compiled.parameters(), lr=0.05, momentum=0.9, weight_decay=1e-4)
+    step = kiln.compile(lambda x, y: loss_fn(compiled(x), y), opt_c)
+    for x, y in _batches(SHAPES[name], 50, 16):
+        want = _eager_step(eager, opt_e, loss_fn, x, y)
+        got = float(step(x, y).numpy())
+        assert got == pytest.approx(want, rel=1e-5, abs=1e-6)
+    assert step.signatures == 1
+    assert _state_gap(eager, compiled) < 1e-5
+
+
+def test_replay_launches_no_kernel_and_retraces_on_a_new_batch(monkeypatch):
+    eager, compiled = _twins("cnn")
+    loss_fn = nn.SoftmaxLoss()
+    opt_e = nn.optim.SGD(eager.parameters(), lr=0.1)
+    opt_c = nn.optim.SGD(compiled.parameters(), lr=0.1)
+    step = kiln.compile(lambda x, y: loss_fn(compiled(x), y), opt_c)
+    data = _batches(SHAPES["cnn"], 3, 8) + _batches(SHAPES["cnn"], 2, 5, seed=1) + _batches(SHAPES["cnn"], 1, 8, 2)
+    launches = []
+    real = Dispatch.launch
+    monkeypatch.setattr(Dispatch, "launch", lambda self, i, o: (launches.append(1), real(self, i, o)))
+    for k, (x, y) in enumerate(data):
+        want = _eager_step(eager, opt_e, loss_fn, x, y)
+        launches.clear()
+        got = float(step(x, y).numpy())
+        traced = k in (0, 3)  # the first call of each batch size runs (and records) the eager step
+        assert bool(launches) == traced, (k, len(launches))
+        assert got == pytest.approx(want, rel=1e-5, abs=1e-6)
+    assert step.signatures == 2
+    assert _state_gap(eager, compiled) < 1e-5
+
+
+def test_adam_steps_and_learning_rate_changes_apply_each_call():
+    """The optimizer's bookkeeping (Adam's step count, a new lr) runs in
+    Python at every call and reaches the module as its hyperparameters."""
+    eager, compiled = _twins("mlp")
+    loss_fn = nn.SoftmaxLoss()
+    opt_e, opt_c = nn.optim.Adam(eager.parameters(), lr=0.01), nn.optim.Adam(compiled.parameters(), lr=0.01)
+    step = kiln.compile(lambda x, y: loss_fn(compiled(x), y), opt_c)
+    for k, (x, y) in enumerate(_batches(SHAPES["mlp"], 12, 16)):
+        if k == 6:
+            opt_e.lr = opt_c.lr = 0.002
+        want = _eager_step(eager, opt_e, loss_fn, x, y)
+        assert float(step(x, y).numpy()) == pytest.approx(want, rel=1e-5, abs=1e-6)
+    assert opt_c.t == opt_e.t == 12
+    assert _state_gap(eager, compiled) < 1e-5
+
+
+def test_a_function_without_optimizer_and_several_results():
+    kiln.manual_seed(0)
+    model = build_model("cnn", SHAPES["cnn"], 10)
+    model.eval()
+    f = kiln.compile(lambda x: (model(x), model(x).relu()))
+    for x, _ in _batches(SHAPES["cnn"], 3, 4):
+        logits, positive = f(x)
+        with kiln.no_grad():
+            want = model(nn.Tensor(x)).numpy()
+        np.testing.assert_allclose(logits.numpy(), want, rtol=1e-5, atol=1e-6)
+        np.testing.assert_allclose(positive.numpy(), np.maximum(want, 0), rtol=1e-5, atol=1e-6)
+    assert f.signatures == 1 and not logits.requires_grad
+
+
+def test_a_second_function_of_the_same_graph_reuses_the_compiled_module():
+    kiln.manual_seed(0)
+    model = build_model("mlp", SHAPES["mlp"], 10)
+    x = _batches(SHAPES["mlp"], 1, 3)[0][0]
+    kiln.compile(lambda t: model(t))(x)
+    before = cache.stats.compiled
+    f = kiln.compile(lambda t: model(t))
+    f(x)
+    assert cache.stats.compiled == before and f.signatures == 1
+
+
+def _untraceable(fn, model, opt, needle):
+    step = kiln.compile(fn, opt)
+    x, y = _batches(SHAPES["mlp"], 1, 8)[0]
+    with pytest.warns(CompileWarning, match=needle):
+        first = float(step(x, y).numpy())
+    before = [p.numpy() for p in model.parameters()]
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")  # one warning per reason, not one per call
+        second = float(step(x, y).numpy())
+    assert step.signatures == 0 and np.isfinite([first, second]).all()
+    assert any(not np.array_equal(a, p.numpy()) for a, p in zip(before, model.parameters())), "eager steps train"
+
+
+def test_what_cannot_be_recorded_runs_eagerly_with_one_warning():
+    kiln.manual_seed(0)
+    model = build_model("mlp", SHAPES["mlp"], 10)
+    loss_fn, drop = nn.SoftmaxLoss(), nn.Dropout(0.5)
+    opt = nn.optim.SGD(model.parameters(), lr=0.1)
+    _untraceable(lambda x, y: loss_fn(drop(model(x)), y), model, opt, "random numbers on the host")
+    kept = []
+    _untraceable(lambda x, y: kept.append(model(x)) or loss_fn(kept[-1], y), model, opt, "outlives the function")
+    _untraceable(lambda x, y: loss_fn(model(x), y) + kiln.te.call("nonzero", y).shape[0] * 0.0, model, opt,
+                 "data-dependent")
+
+
+def test_bad_arguments_are_kiln_errors():
+    kiln.manual_seed(0)
+    model = build_model("mlp", SHAPES["mlp"], 10)
+    opt = nn.optim.SGD(model.parameters(), lr=0.1)
+    with pytest.raises(AttrError, match="expected a callable"):
+        kiln.compile(3)
+    with pytest.raises(AttrError, match="kiln.optim optimizer"):
+        kiln.compile(lambda x: x, optimizer="sgd")
+    x = _batches(SHAPES["mlp"], 1, 4)[0][0]
+    with pytest.raises(AttrError, match="expected a Tensor or a tuple of Tensors"):
+        kiln.compile(lambda t: 3.0)(x)
+    with pytest.raises(ShapeError, match="0-d loss"):
+        kiln.compile(lambda t: model(t), opt)(x)
