@@ -1,6 +1,10 @@
 """The train suite: one synchronized training step, kiln against PyTorch eager.
 
-kiln's step pushes its kernels to the dependency engine and would return
+Each model is timed three ways in one interleaved run: kiln's eager step
+(one kernel launch per op), kiln's compiled step (``kiln.compile``: the
+whole step as one module call, compiled before timing) and PyTorch's.
+
+kiln's eager step pushes its kernels to the dependency engine and would return
 before they ran; ``kiln_step`` ends by waiting for every pushed kernel
 (``wait_for_all``) and reading the loss, so the timed region holds the whole
 step. PyTorch's step ends with ``loss.item()``. Both sides run the same model
@@ -14,6 +18,7 @@ import numpy as np
 
 from ... import nn
 from ...nn import optim
+from ...nn.compiled import compile as compiled
 from ...nn.tensor import Tensor
 from ...nn.train import build_model
 from ...runtime import engine
@@ -71,6 +76,20 @@ def kiln_step(model, x: np.ndarray, y: np.ndarray, momentum: float = 0.0) -> Cal
     return step
 
 
+def compiled_step(model, x: np.ndarray, y: np.ndarray, momentum: float = 0.0) -> Callable[[], float]:
+    """The same step as ``kiln_step`` compiled into one module call (traced and compiled here, untimed)."""
+    opt = optim.SGD(model.parameters(), lr=LR, momentum=momentum)
+    loss_fn, xt, yt = nn.SoftmaxLoss(), Tensor(x), Tensor(y)
+    with model.kernel_pool.activate():
+        train_step = compiled(lambda a, b: loss_fn(model(a), b), opt)
+        train_step(xt, yt)
+
+    def step() -> float:
+        return float(train_step(xt, yt).numpy())  # the module call is synchronous: its outputs are ready
+
+    return step
+
+
 def torch_step(torch, model, x: np.ndarray, y: np.ndarray, momentum: float = 0.0) -> Callable[[], float]:
     opt = torch.optim.SGD(model.parameters(), lr=LR, momentum=momentum)
     xt, yt = torch.from_numpy(x), torch.from_numpy(y.astype("int64"))
@@ -98,8 +117,13 @@ def run(context, repeat: int, quick: bool = False) -> list[dict]:
         samplers = {}
         if torch is not None:  # the twin copies the weights before kiln trains them
             samplers["ref"] = calls_sampler(torch_step(torch, torch_twin(model).train(), x, y, momentum))
-        samplers = {"kiln": calls_sampler(kiln_step(model.train(), x, y, momentum)), **samplers}
+        nn.init.manual_seed(0)
+        samplers = {"kiln": calls_sampler(kiln_step(model.train(), x, y, momentum)),
+                    "compiled": calls_sampler(compiled_step(make().train(), x, y, momentum)), **samplers}
         sides = compare(samplers, repeat)
+        note = None if torch is not None else "PyTorch is not installed: no ratio"
         rows.append(make_row(f"train step: {name}", "ms", sides["kiln"], "PyTorch eager", sides.get("ref"), TARGET,
-                             note=None if torch is not None else "PyTorch is not installed: no ratio"))
+                             note=note))
+        rows.append(make_row(f"train step (compiled): {name}", "ms", sides["compiled"], "PyTorch eager",
+                             sides.get("ref"), TARGET, note=note))
     return rows
