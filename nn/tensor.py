@@ -37,6 +37,7 @@ from ..runtime import engine as _engine
 from ..runtime import pool as _pool
 from ..te import call, get_op
 from ..te.value import ValueOps
+from . import capture as _capture
 from . import record as _recording
 from .autograd import (_Node, _record, _topological, grad_enabled, keep_all_for_backward,  # noqa: F401
                        no_grad, saved_bytes)
@@ -307,10 +308,21 @@ def _check_inplace(op, tensors, outs, specs) -> None:
 
 def backprop(root: Tensor, out_grad: Tensor) -> None:
     """Reverse-mode sweep from ``root``. Gradients over fan-out are summed:
-    the first sum allocates a buffer, later ones add to it in place (add-to)."""
+    the first sum allocates a buffer, later ones add to it in place (add-to).
+    A sweep repeated step after step runs as one compiled module call
+    (``nn/capture.py``)."""
     root_node, root_index = root._edge() if root.requires_grad else (None, 0)
     if root_node is None:
         return
+    order = _topological(root_node)
+    if grad_enabled():  # create_graph: the gradient's own graph is recorded, op by op
+        _sweep(order, root_node, root_index, out_grad)
+    else:
+        _capture.backward(order, root_node, root_index, out_grad,
+                          lambda: _sweep(order, root_node, root_index, out_grad))
+
+
+def _sweep(order, root_node, root_index, out_grad) -> None:
     grads: dict[int, list] = {}
     owned: set[int] = set()  # gradient sums made here: nobody else holds them, so add to them in place
 
@@ -326,7 +338,7 @@ def backprop(root: Tensor, out_grad: Tensor) -> None:
             owned.add(id(slot[index]))
 
     add(root_node, root_index, out_grad)
-    for node in reversed(_topological(root_node)):
+    for node in reversed(order):
         gs = grads.pop(id(node), None)
         if gs is None or all(g is None for g in gs):
             continue
