@@ -38,13 +38,17 @@ class Value:
 class Node:
     """An op applied to values. ``epilogue`` lists the elementwise ops fused
     into its write-back (``graph.fuse``): ``(op, attrs, other operands)``, each
-    taking the running result as its first input."""
+    taking the running result as its first input. An ``inplace`` node wrote
+    its outputs over its inputs when it was recorded; its outputs are still
+    new values here, and ``Graph.writes_inputs`` says when lowering may keep
+    it in place."""
 
     op: object
     attrs: dict
     inputs: list
     outputs: list = field(default_factory=list)
     epilogue: list = field(default_factory=list)
+    inplace: bool = False  # each output overwrites the input ``op.inplace`` names (a recorded ``apply_``)
 
     @property
     def name(self) -> str:
@@ -98,6 +102,15 @@ class Graph:
         """Drop a node whose outputs nobody reads any more."""
         assert not any(self.users(v) or self.is_output(v) for v in node.outputs), node
         self.nodes.remove(node)
+
+    def writes_inputs(self, node: Node) -> bool:
+        """Whether ``node`` can write its outputs over graph inputs in the
+        compiled module (an optimizer's update of a parameter and its state):
+        it was in place, and every input it overwrites is a graph input. Every
+        read of those inputs' old values comes before it in the recorded order,
+        so the module may reuse their memory."""
+        return node.inplace and not node.epilogue and all(
+            any(node.inputs[node.op.inplace[k]] is v for v in self.inputs) for k in range(len(node.outputs)))
 
     def prune(self) -> int:
         """Drop the nodes no output depends on (work a traced run did and

@@ -35,6 +35,20 @@ def _compute(node: Node):
     return compute
 
 
+def _in_place(bb, node: Node, args: list, kernel: str):
+    """``node``'s kernel called on its arguments followed by the inputs its
+    outputs overwrite (the kernel's output parameters), as a
+    ``call_tir_inplace`` whose outputs alias those inputs: the update writes
+    the caller's buffers, as ``Tensor.apply_`` does eagerly."""
+    call = bb.call_te(_compute(node), *args, primfunc_name_hint=kernel)
+    gvar, (inputs,) = call.args[0], call.args[1:]
+    count = len(node.outputs)
+    aliases = [args[node.op.inplace[k]] for k in range(count)]
+    out_types = list(call.ty_args[0].fields) if count > 1 else [call.ty_args[0]]
+    return relax.op.call_tir_inplace(gvar, list(inputs.fields) + aliases,
+                                     [len(inputs.fields) + k for k in range(count)], out_types)
+
+
 def to_relax(graph: Graph, name: str = "main", suffix: str = "") -> tuple[tvm.IRModule, dict]:
     """The graph as the Relax function ``name`` (its kernels' names end in
     ``suffix``) and ``{PrimFunc name: node}``: one parameter per graph input,
@@ -58,7 +72,10 @@ def to_relax(graph: Graph, name: str = "main", suffix: str = "") -> tuple[tvm.IR
                 else:
                     kernel = f"{node.name}_{len(kernels)}{suffix}"
                     kernels[kernel] = node
-                    out = bb.emit_te(_compute(node), *args, primfunc_name_hint=kernel)
+                    if graph.writes_inputs(node):
+                        out = bb.emit(_in_place(bb, node, args, kernel))
+                    else:
+                        out = bb.emit_te(_compute(node), *args, primfunc_name_hint=kernel)
                 if len(node.outputs) == 1:
                     env[id(node.outputs[0])] = out
                 else:

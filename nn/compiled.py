@@ -11,7 +11,9 @@ graph, which ``graph.step`` compiles (pruned, fused, memory planned
 statically). Later calls of that signature run the module: the arguments,
 the optimizer's hyperparameters for this step and the state (parameters,
 optimizer buffers, running statistics) in; the results and the state's new
-values out. The state Tensors take their new arrays without a copy.
+values out. Updates recorded in place (the optimizer's) write the state's
+own memory (``graph.lower``: ``call_tir_inplace``); other new state (running
+statistics re-bound with ``.data =``) is handed to its Tensors without a copy.
 
 As with ``jax.jit``, Python decisions the function makes are fixed when it
 is traced: a module's ``training`` flag, shapes, attributes read as numbers.

@@ -102,6 +102,7 @@ class Recorder:
             return
         inputs = [self._value(t) for t in tensors]
         node = self.graph.add(op, attrs, inputs, specs)
+        node.inplace = made is None
         for array, value in zip(arrays, node.outputs):
             self._keep.append(array)
             self._values[id(array)] = value

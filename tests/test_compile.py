@@ -161,3 +161,23 @@ def test_bad_arguments_are_kiln_errors():
         kiln.compile(lambda t: 3.0)(x)
     with pytest.raises(ShapeError, match="0-d loss"):
         kiln.compile(lambda t: model(t), opt)(x)
+
+
+def test_parameters_and_optimizer_state_are_updated_in_their_own_memory():
+    """The module writes the updates over the caller's buffers (call_tir_inplace),
+    as eager ``apply_`` does: a tensor sharing a parameter's memory sees them."""
+    kiln.manual_seed(0)
+    model = build_model("cnn", SHAPES["cnn"], 10)
+    opt = nn.optim.SGD(model.parameters(), lr=0.1, momentum=0.9)
+    loss_fn = nn.SoftmaxLoss()
+    step = kiln.compile(lambda x, y: loss_fn(model(x), y), opt)
+    x, y = _batches(SHAPES["cnn"], 1, 8)[0]
+    step(x, y)
+    weight = model.parameters()[0]
+    alias, where = weight.detach(), weight._array.data_ptr()
+    momentum = opt.u[0]._array.data_ptr()
+    before = alias.numpy().copy()
+    step(x, y)
+    assert weight._array.data_ptr() == where and opt.u[0]._array.data_ptr() == momentum
+    assert not np.array_equal(alias.numpy(), before)
+    np.testing.assert_array_equal(alias.numpy(), weight.numpy())
