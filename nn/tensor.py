@@ -42,6 +42,9 @@ from . import record as _recording
 from .autograd import (_Node, _record, _topological, grad_enabled, keep_all_for_backward,  # noqa: F401
                        no_grad, saved_bytes)
 
+_DEVICE = tvm.cpu(0)
+
+
 def _meta(array) -> tuple:
     """``(dims, dtype, None)`` of a TVM tensor: a Tensor's shape and dtype, read once."""
     return tuple(int(d) for d in array.shape), str(array.dtype), None
@@ -68,7 +71,7 @@ def _to_device(data, dtype=None) -> tvm.runtime.Tensor:
     if str(arr.dtype) not in ("float32", "float64", "int32", "int64", "bool"):
         raise DTypeError(f"got {arr.dtype}, expected float32, float64, int32, int64 or bool", op="Tensor",
                          arg="data")
-    return tvm.runtime.tensor(np.ascontiguousarray(arr) if arr.ndim else arr.copy(), cpu().device())
+    return _pool.host_tensor(arr, _DEVICE)
 
 
 class Tensor(ValueOps):

