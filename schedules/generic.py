@@ -46,9 +46,13 @@ def schedule_injective(sch, block, cfg: Config, prefix: str = "") -> None:
         sch.parallel(outer)
 
 
-def schedule_reduction(sch, block, cfg: Config, prefix: str = "") -> None:
+def schedule_reduction(sch, block, cfg: Config, prefix: str = "", prefer_rfactor: bool = False) -> None:
     """Parallel over outputs; vectorized across outputs or across a factored
-    slice of the (innermost) reduction axis."""
+    slice of the (innermost) reduction axis. By default the slice is taken
+    when the outputs are too few to fill a vector; ``prefer_rfactor`` takes
+    it whenever it can (a template that knows the reduced axes are the
+    contiguous ones and the outputs strided, as a per-channel statistic of
+    NCHW data)."""
     kinds = iter_kinds(sch, block)
     loops = sch.get_loops(block)
     spatial = [lp for lp, red in zip(loops, kinds) if not red]
@@ -63,7 +67,7 @@ def schedule_reduction(sch, block, cfg: Config, prefix: str = "") -> None:
     # predicated slice gives wrong partial results).
     can_rf = bool(spatial) and red_n is not None and red_n >= 2 * lanes and red_n % lanes == 0
     use_rf = cfg.define_knob(prefix + "rfactor", (0, 1) if can_rf else (0,), default=int(
-        can_rf and inner_reduce and last_sp is not None and last_sp < lanes)) if spatial else 0
+        can_rf and inner_reduce and (prefer_rfactor or (last_sp is not None and last_sp < lanes)))) if spatial else 0
     par = cfg.define_knob(prefix + "parallel", (0, 1), default=int(
         bool(spatial) and (n_out is None or n_out * (red_n or 1) >= PARALLEL_MIN)))
     if not spatial:
@@ -165,9 +169,9 @@ def schedule_serial(sch, block, cfg: Config) -> None:
 
 
 @register_template("cpu", fallback=True)
-def schedule_auto(sch, block, cfg: Config) -> None:
+def schedule_auto(sch, block, cfg: Config, prefer_rfactor: bool = False) -> None:
     """Any op: inline intermediate injective blocks, then schedule each remaining
-    block as a reduction or an injective loop nest."""
+    block as a reduction (``schedule_reduction``) or an injective loop nest."""
     all_blocks = blocks(sch)
     many = len(all_blocks) > 1
     for b in all_blocks:
@@ -176,6 +180,6 @@ def schedule_auto(sch, block, cfg: Config) -> None:
     for b in blocks(sch):
         prefix = block_name(sch, b) + "." if many else ""
         if is_reduction(sch, b):
-            schedule_reduction(sch, b, cfg, prefix)
+            schedule_reduction(sch, b, cfg, prefix, prefer_rfactor)
         elif is_output(sch, b) or not try_inline(sch, b):
             schedule_injective(sch, b, cfg, prefix)
