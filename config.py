@@ -24,10 +24,10 @@
                       ``kiln.nn`` work), tell glibc's allocator to keep freed
                       memory for reuse (``keep_freed_memory``); ``0`` leaves
                       the process's allocator as it was.
-``KILN_COMPILE_BACKWARD`` on (default) or off, spelled as for
-                      ``KILN_DISK_CACHE``: an eager backward pass seen
-                      repeatedly (a training loop's) runs as one compiled
-                      module call (``kiln/nn/capture.py``).
+``KILN_CAPTURE`` on (default) or off, spelled as for ``KILN_DISK_CACHE``: an
+                      eager backward pass or optimizer step seen repeatedly
+                      (a training loop's) runs as one compiled module call
+                      (``kiln/nn/capture.py``).
 
 An empty variable counts as unset. A value outside these rules raises
 ``kiln.errors.ConfigError``, which names the variable, the value and what is
@@ -56,7 +56,7 @@ TRUE = ("1", "true", "yes", "on")
 FALSE = ("0", "false", "no", "off")
 # every variable read here: check() revalidates when one of them changes
 VARIABLES = ("KILN_CACHE_DIR", "KILN_DISK_CACHE", "KILN_NUM_THREADS", "TVM_NUM_THREADS", "KILN_ENGINE",
-             "KILN_KEEP_MEMORY", "KILN_COMPILE_BACKWARD", "XDG_CACHE_HOME", "HOME")
+             "KILN_KEEP_MEMORY", "KILN_CAPTURE", "XDG_CACHE_HOME", "HOME")
 #: glibc mallopt parameters: freed blocks below this stay in the heap (the largest the allocator allows on
 #: 64-bit), and the heap's free top is returned to the system only above the trim threshold
 M_TRIM_THRESHOLD, M_MMAP_THRESHOLD = -1, -3
@@ -193,10 +193,10 @@ def cache_dir() -> Path:
         raise ConfigError("KILN_CACHE_DIR", "", "a directory (no home directory to default to)") from exc
 
 
-def compile_backward() -> bool:
-    """``KILN_COMPILE_BACKWARD``: run an eager backward pass that repeats step
-    after step as one compiled module call (``kiln/nn/capture.py``)."""
-    return _switch("KILN_COMPILE_BACKWARD")
+def capture_enabled() -> bool:
+    """``KILN_CAPTURE``: run an eager backward pass or optimizer step that
+    repeats step after step as one compiled module call (``kiln/nn/capture.py``)."""
+    return _switch("KILN_CAPTURE")
 
 
 def disk_cache_enabled() -> bool:
@@ -220,7 +220,7 @@ def check() -> None:
     num_threads()
     engine_workers()
     keep_memory()
-    compile_backward()
+    capture_enabled()
     disk_cache_enabled()
     cache_dir()
     _checked = snapshot

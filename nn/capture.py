@@ -1,4 +1,4 @@
-"""Eager backward passes replayed as one compiled module call.
+"""Eager backward passes and optimizer steps replayed as one compiled module call each.
 
 A training loop written eagerly runs the same backward pass every step: the
 same ops on the same shapes, wired the same way. ``backward`` describes the
@@ -13,11 +13,19 @@ backward is one module call whose outputs become the leaves' ``.grad``.
 Only the plain case is captured: no ``create_graph``, every leaf's ``.grad``
 None (the ``zero_grad`` pattern), no compiled function being traced. A
 structure the recorder cannot capture, or that does not compile, stays eager.
-``KILN_COMPILE_BACKWARD=0`` turns capturing off.
+
+An optimizer's step is captured the same way (``step``): its updates'
+ops and the identity of the parameter, gradient and state arrays they touch
+make the key; the gradients are the arguments, the hyperparameters feeds
+planned at every step (``compiled.Feeds``), and the updates write the
+parameters and their state in place, as the eager kernels do.
+``KILN_CAPTURE=0`` turns capturing off.
 """
 from __future__ import annotations
 
 from collections import OrderedDict
+
+import tvm
 
 from .. import config
 from ..errors import KilnError
@@ -116,7 +124,7 @@ def backward(order, root, index, out_grad, sweep) -> None:
     call when its structure is captured, else ``sweep()`` (eagerly, recording
     it the ``REPEATS``-th time)."""
     found = None
-    if record._active is None and config.compile_backward():
+    if record._active is None and config.capture_enabled():
         found = structure(order, root, index, out_grad)
     if found is None:
         sweep()
@@ -169,6 +177,101 @@ def _capture(out_grad, arrays, leaves, sweep):
     except KilnError:
         return _EAGER
     return _Replay(func, keep, recorded, leaves_out)
+
+
+def step(optimizer, planned, apply) -> None:
+    """Apply an optimizer's ``planned`` updates (``[(index, Update)]``;
+    ``apply(index, update)`` runs one eagerly): as one module call when the
+    same updates on the same arrays were captured, else one kernel each
+    (recording them the ``REPEATS``-th time)."""
+    found = None
+    if planned and record._active is None and config.capture_enabled():
+        found = _step_structure(optimizer, planned)
+    if found is None:
+        for i, update in planned:
+            apply(i, update)
+        return
+    key, grads = found
+    entry = _seen.pop(key, 0)
+    _seen[key] = entry
+    if isinstance(entry, _StepReplay):
+        hypers = entry.feeds.arrays(optimizer, planned)
+        if hypers is not None:
+            entry(grads, hypers)
+            return
+        _seen[key] = entry = _EAGER  # the plan changed under the same arrays: stay eager
+    if entry == _EAGER or entry + 1 < REPEATS:
+        if entry != _EAGER:
+            _seen[key] = entry + 1
+        for i, update in planned:
+            apply(i, update)
+        return
+    _seen[key] = _capture_step(optimizer, planned, grads)
+    while len(_seen) > MAX_STRUCTURES:
+        _seen.popitem(last=False)
+
+
+def _step_structure(optimizer, planned):
+    """``(key, gradients)`` of a step: each update's op and attributes, and
+    the identity, shape and dtype of the parameter, gradient and state
+    arrays it touches (a parameter re-bound to new memory is a new step)."""
+    parts, grads = [optimizer], []
+    for i, update in planned:
+        p = optimizer.params[i]
+        g = p.grad
+        if g is None or g._array is None:
+            return None
+        grads.append(g)
+        parts.append((i, update.op, _Same(update.attrs), p.shape, p.dtype, id(p._array), g.shape, g.dtype,
+                      tuple((id(s._array), s.shape) for s in update.states)))
+    return tuple(parts), grads
+
+
+class _StepReplay:
+    def __init__(self, func, keep, recorded, feeds):
+        self.func, self._keep, self.states, self.feeds = func, keep, recorded.states, feeds
+
+    def __call__(self, grads, hypers) -> None:
+        engine = _engine.default()
+        ins = []
+        for g in grads:
+            engine.wait_for_var(g._var)
+            ins.append(g._array)
+        ins.extend(hypers)
+        for state in self.states:
+            owner = state.owners[0] if state.owners else None
+            if owner is not None:
+                engine.wait_for_var(owner._var)
+            ins.append(owner._array if owner is not None else state.array)
+        result = self.func(*ins)
+        outs = [result] if isinstance(result, tvm.runtime.Tensor) else list(result)
+        for state in self.states:  # written in place, the owners keep their memory (and arrays)
+            if state.out is not None and not state.inplace:
+                for owner in state.owners:
+                    owner._array = outs[state.out]
+
+
+def _capture_step(optimizer, planned, grads):
+    from .compiled import Feeds, record_updates
+
+    recorder = record.start()
+    try:
+        for g in grads:
+            recorder.arg(g)
+        feed_of, updates = record_updates(recorder, optimizer, planned)
+    finally:
+        record.stop()
+    recorded = recorder.finish([])
+    if recorded.problem is not None or not recorded.graph.outputs:
+        return _EAGER
+    from ..graph.step import compile_graph
+
+    try:
+        func, keep = compile_graph(recorded.graph)
+    except KilnError:
+        return _EAGER
+    record.mark_in_place(recorded)
+    return _StepReplay(func, keep, recorded, Feeds.of(recorded, feed_of, updates))
 
 
 def forget() -> None:

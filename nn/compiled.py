@@ -32,6 +32,7 @@ import tvm
 
 from ..errors import AttrError, KilnError, ShapeError
 from ..runtime import engine as _engine
+from ..runtime.pool import host_tensor
 from . import record
 from .tensor import Tensor, no_grad
 
@@ -50,25 +51,24 @@ class _Eager:
         self.reason = reason
 
 
-class _Module:
-    """One signature's compiled step and how its inputs and outputs bind."""
+class Feeds:
+    """The hyperparameter feeds of a recorded optimizer step: which feed
+    each parameter's update read (``feed_of``) and the update it was
+    (``updates``: index -> (op, attrs)). ``arrays(optimizer, planned)`` gives
+    this step's feeds, planned as an eager step plans them, or None when the
+    plan no longer matches the recorded one (another op or attribute, or
+    parameters that shared a feed now differing)."""
 
-    def __init__(self, func, keep, recorded, feed_of: dict, updates: dict):
-        self.func, self._keep = func, keep
-        self.states = recorded.states
-        self.results = recorded.results
-        self.specs = [(tuple(int(d) for d in v.shape), v.dtype) for v in recorded.graph.outputs[:self.results]]
-        self.feeds = len(recorded.feeds)
-        self.feed_of = feed_of  # parameter index -> position of its hyperparameter feed
-        self.updates = updates  # parameter index -> (op, attrs) traced
-        self._hypers: dict = {}
+    def __init__(self, feed_of: dict, updates: dict, count: int):
+        self.feed_of, self.updates, self.count = feed_of, updates, count
+        self._arrays: dict = {}  # (values, dtype) -> TVM tensor: one per distinct setting
 
-    def hypers(self, optimizer) -> list | None:
-        """This step's hyperparameter feeds, planned as an eager step plans
-        them; None when the plan no longer matches the traced one."""
-        values = [None] * self.feeds
-        for i, update in optimizer.plan_step(list(self.updates)):
-            if (update.op, update.attrs) != self.updates[i]:
+    def arrays(self, optimizer, planned) -> list | None:
+        if len(planned) != len(self.updates):
+            return None
+        values = [None] * self.count
+        for i, update in planned:
+            if self.updates.get(i) != (update.op, update.attrs):
                 return None
             k = self.feed_of[i]
             if values[k] is None:
@@ -77,13 +77,48 @@ class _Module:
                 return None
         out = []
         for key in values:
-            array = self._hypers.get(key)
+            array = self._arrays.get(key)
             if array is None:
-                if len(self._hypers) > 64:
-                    self._hypers.clear()
-                array = self._hypers[key] = tvm.runtime.tensor(np.asarray(key[0], key[1]))
+                if len(self._arrays) > 64:
+                    self._arrays.clear()
+                array = self._arrays[key] = host_tensor(np.asarray(key[0], key[1]), tvm.cpu(0))
             out.append(array)
         return out
+
+    @classmethod
+    def of(cls, recorded, feed_of: dict, updates: dict) -> "Feeds":
+        """The feeds of ``recorded``, from the value each update read its hyperparameters from."""
+        feeds = recorded.graph.inputs[recorded.args:recorded.args + len(recorded.feeds)]
+        positions = {i: next(k for k, f in enumerate(feeds) if f is v) for i, v in feed_of.items()}
+        return cls(positions, updates, len(feeds))
+
+
+def record_updates(recorder, optimizer, planned) -> tuple[dict, dict]:
+    """Apply the ``planned`` updates eagerly under ``recorder``, each one's
+    hyperparameters a feed: ``(feed_of, updates)`` for ``Feeds.of``."""
+    feed_of, updates = {}, {}
+    for i, update in planned:
+        with recorder.feeding(i):
+            optimizer.apply(i, update, optimizer.params[i].grad.detach())
+        if recorder.problem is None:  # the value the update read its hyperparameters from
+            feed_of[i] = recorder.graph.nodes[-1].inputs[-1]
+        updates[i] = (update.op, update.attrs)
+    return feed_of, updates
+
+
+class _Module:
+    """One signature's compiled step and how its inputs and outputs bind."""
+
+    def __init__(self, func, keep, recorded, feeds: Feeds):
+        self.func, self._keep = func, keep
+        self.states = recorded.states
+        self.results = recorded.results
+        self.specs = [(tuple(int(d) for d in v.shape), v.dtype) for v in recorded.graph.outputs[:self.results]]
+        self.feeds = feeds
+
+    def hypers(self, optimizer) -> list | None:
+        """This step's hyperparameter feeds (None: the plan changed, trace again)."""
+        return self.feeds.arrays(optimizer, optimizer.plan_step(list(self.feeds.updates)))
 
     def run(self, tensors, hypers) -> list:
         engine = _engine.default()
@@ -102,7 +137,7 @@ class _Module:
         result = self.func(*ins)
         outs = [result] if isinstance(result, tvm.runtime.Tensor) else list(result)
         for state in self.states:
-            if state.out is not None:
+            if state.out is not None and not state.inplace:
                 new = outs[state.out]
                 state.array = new
                 for owner in state.owners:
@@ -185,12 +220,7 @@ class Compiled:
                 results = self._results(self.fn(*tensors))
                 results[0].backward()
                 with no_grad():
-                    for i, update in opt.plan_step():
-                        with recorder.feeding(i):
-                            opt.apply(i, update, opt.params[i].grad.detach())
-                        if recorder.problem is None:  # the update's hyperparameters
-                            feed_of[i] = recorder.graph.nodes[-1].inputs[-1]
-                        updates[i] = (update.op, update.attrs)
+                    feed_of, updates = record_updates(recorder, opt, opt.plan_step())
                 opt.zero_grad()
                 results = [r.detach() for r in results]
         finally:
@@ -215,10 +245,10 @@ class Compiled:
     def _build(self, recorded, feed_of, updates) -> _Module:
         from ..graph.step import compile_graph
 
-        feeds = [v for v in recorded.graph.inputs[recorded.args:recorded.args + len(recorded.feeds)]]
-        feed_of = {i: next(k for k, f in enumerate(feeds) if f is v) for i, v in feed_of.items()}
+        feeds = Feeds.of(recorded, feed_of, updates)
         func, keep = compile_graph(recorded.graph, self.target)
-        return _Module(func, keep, recorded, feed_of, updates)
+        record.mark_in_place(recorded)
+        return _Module(func, keep, recorded, feeds)
 
 
 def compile(fn=None, optimizer=None, *, target=None):  # noqa: A001 - the name users reach for (torch.compile)

@@ -50,6 +50,7 @@ class State:
     array: object
     owners: list
     out: int | None = None
+    inplace: bool = False  # the module writes the new value over the old one (``mark_in_place``)
 
 
 @dataclass
@@ -206,6 +207,20 @@ class Recorder:
                 state.out = len(graph.outputs)
                 graph.outputs.append(final)
         return out
+
+
+def mark_in_place(recorded: Recorded) -> None:
+    """After the graph's passes: mark each state whose new value the module
+    writes over its own input (``Graph.writes_inputs``), which keeps its
+    memory, so its owners need not take the output."""
+    graph = recorded.graph
+    for state in recorded.states:
+        if state.out is None:
+            continue
+        value = graph.outputs[state.out]
+        node = value.node
+        state.inplace = bool(node is not None and graph.writes_inputs(node)
+                             and node.inputs[node.op.inplace[node.outputs.index(value)]] is state.value)
 
 
 def start() -> Recorder:
