@@ -25,8 +25,6 @@ from __future__ import annotations
 
 from collections import OrderedDict
 
-import tvm
-
 from .. import config
 from ..errors import KilnError
 from ..runtime import engine as _engine
@@ -105,11 +103,7 @@ class _Replay:
         for var in variables:
             if var is not None:
                 engine.wait_for_var(var)
-        ins = [out_grad._array, *arrays]
-        for state in self.states:
-            ins.append(state.owners[0]._array if state.owners else state.array)
-        result = self.func(*ins)
-        outs = [result] if len(self.specs) == 1 else list(result)
+        outs = record.call(self.func, [out_grad._array, *arrays], self.states)
         from .tensor import Tensor
 
         for leaf, k in zip(leaves, self.leaves_out):
@@ -233,22 +227,9 @@ class _StepReplay:
 
     def __call__(self, grads, hypers) -> None:
         engine = _engine.default()
-        ins = []
         for g in grads:
             engine.wait_for_var(g._var)
-            ins.append(g._array)
-        ins.extend(hypers)
-        for state in self.states:
-            owner = state.owners[0] if state.owners else None
-            if owner is not None:
-                engine.wait_for_var(owner._var)
-            ins.append(owner._array if owner is not None else state.array)
-        result = self.func(*ins)
-        outs = [result] if isinstance(result, tvm.runtime.Tensor) else list(result)
-        for state in self.states:  # written in place, the owners keep their memory (and arrays)
-            if state.out is not None and not state.inplace:
-                for owner in state.owners:
-                    owner._array = outs[state.out]
+        record.call(self.func, [g._array for g in grads] + hypers, self.states)
 
 
 def _capture_step(optimizer, planned, grads):

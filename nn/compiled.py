@@ -122,26 +122,9 @@ class _Module:
 
     def run(self, tensors, hypers) -> list:
         engine = _engine.default()
-        ins = []
         for t in tensors:
             engine.wait_for_var(t._var)
-            ins.append(t._array)
-        ins.extend(hypers)
-        for state in self.states:
-            if state.owners:
-                owner = state.owners[0]
-                engine.wait_for_var(owner._var)
-                ins.append(owner._array)
-            else:
-                ins.append(state.array)
-        result = self.func(*ins)
-        outs = [result] if isinstance(result, tvm.runtime.Tensor) else list(result)
-        for state in self.states:
-            if state.out is not None and not state.inplace:
-                new = outs[state.out]
-                state.array = new
-                for owner in state.owners:
-                    owner._array = new
+        outs = record.call(self.func, [t._array for t in tensors] + hypers, self.states)
         return [Tensor._wrap(outs[k], engine.new_var(), shape=(s, d, "compiled"))
                 for k, (s, d) in enumerate(self.specs)]
 

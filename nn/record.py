@@ -31,6 +31,7 @@ import weakref
 from dataclasses import dataclass, field
 
 import numpy as np
+import tvm
 
 from ..graph.ir import Graph, Value
 
@@ -221,6 +222,30 @@ def mark_in_place(recorded: Recorded) -> None:
         node = value.node
         state.inplace = bool(node is not None and graph.writes_inputs(node)
                              and node.inputs[node.op.inplace[node.outputs.index(value)]] is state.value)
+
+
+def call(func, arrays: list, states: list) -> list:
+    """Run a recorded module: ``arrays`` (the arguments and feeds, ready),
+    then each state's current array (waited for); give the owners of each
+    state not written in place its new array. Returns the outputs."""
+    from ..runtime import engine as _engine
+
+    engine, ins = _engine.default(), list(arrays)
+    for state in states:
+        if state.owners:
+            owner = state.owners[0]
+            engine.wait_for_var(owner._var)
+            ins.append(owner._array)
+        else:
+            ins.append(state.array)
+    result = func(*ins)
+    outs = [result] if isinstance(result, tvm.runtime.Tensor) else list(result)
+    for state in states:
+        if state.out is not None and not state.inplace:
+            state.array = outs[state.out]
+            for owner in state.owners:
+                owner._array = state.array
+    return outs
 
 
 def start() -> Recorder:
