@@ -38,6 +38,7 @@ MAX_STRUCTURES = 32
 
 _seen: "OrderedDict[tuple, object]" = OrderedDict()  # structure -> sightings, _Replay, or _EAGER
 _EAGER = "eager"
+_RECORD = "record"  # this sighting records the structure
 
 
 class _Same:
@@ -124,19 +125,27 @@ def backward(order, root, index, out_grad, sweep) -> None:
         sweep()
         return
     key, arrays, variables, leaves = found
-    entry = _seen.pop(key, 0)
-    _seen[key] = entry
+    entry = _sighting(key)
     if isinstance(entry, _Replay):
         entry(out_grad, arrays, variables, leaves)
-        return
-    if entry == _EAGER or entry + 1 < REPEATS:
-        if entry != _EAGER:
-            _seen[key] = entry + 1
+    elif entry == _RECORD:
+        _seen[key] = _capture(out_grad, arrays, leaves, sweep)
+    else:
         sweep()
-        return
-    _seen[key] = _capture(out_grad, arrays, leaves, sweep)
+
+
+def _sighting(key):
+    """One more sighting of structure ``key``: its replay, ``_EAGER``,
+    ``_RECORD`` (the caller records it and stores what that gives), or the
+    sightings so far (run eagerly). The least recently seen beyond
+    ``MAX_STRUCTURES`` are forgotten."""
+    entry = _seen.pop(key, 0)
+    if isinstance(entry, int):
+        entry = entry + 1 if entry + 1 < REPEATS else _RECORD
+    _seen[key] = entry
     while len(_seen) > MAX_STRUCTURES:
         _seen.popitem(last=False)
+    return entry
 
 
 def _capture(out_grad, arrays, leaves, sweep):
@@ -164,13 +173,10 @@ def _capture(out_grad, arrays, leaves, sweep):
         return _EAGER
     if any(s.out is not None for s in recorded.states):  # the sweep wrote state: keep it eager
         return _EAGER
-    from ..graph.step import compile_graph
-
     try:
-        func, keep = compile_graph(recorded.graph)
+        return _Replay(*record.compile_recorded(recorded), recorded, leaves_out)
     except KilnError:
         return _EAGER
-    return _Replay(func, keep, recorded, leaves_out)
 
 
 def step(optimizer, planned, apply) -> None:
@@ -186,23 +192,18 @@ def step(optimizer, planned, apply) -> None:
             apply(i, update)
         return
     key, grads = found
-    entry = _seen.pop(key, 0)
-    _seen[key] = entry
+    entry = _sighting(key)
     if isinstance(entry, _StepReplay):
         hypers = entry.feeds.arrays(optimizer, planned)
         if hypers is not None:
             entry(grads, hypers)
             return
-        _seen[key] = entry = _EAGER  # the plan changed under the same arrays: stay eager
-    if entry == _EAGER or entry + 1 < REPEATS:
-        if entry != _EAGER:
-            _seen[key] = entry + 1
-        for i, update in planned:
-            apply(i, update)
+        _seen[key] = _EAGER  # the plan changed under the same arrays: stay eager
+    elif entry == _RECORD:
+        _seen[key] = _capture_step(optimizer, planned, grads)
         return
-    _seen[key] = _capture_step(optimizer, planned, grads)
-    while len(_seen) > MAX_STRUCTURES:
-        _seen.popitem(last=False)
+    for i, update in planned:
+        apply(i, update)
 
 
 def _step_structure(optimizer, planned):
@@ -245,14 +246,10 @@ def _capture_step(optimizer, planned, grads):
     recorded = recorder.finish([])
     if recorded.problem is not None or not recorded.graph.outputs:
         return _EAGER
-    from ..graph.step import compile_graph
-
     try:
-        func, keep = compile_graph(recorded.graph)
+        return _StepReplay(*record.compile_recorded(recorded), recorded, Feeds.of(recorded, feed_of, updates))
     except KilnError:
         return _EAGER
-    record.mark_in_place(recorded)
-    return _StepReplay(func, keep, recorded, Feeds.of(recorded, feed_of, updates))
 
 
 def forget() -> None:

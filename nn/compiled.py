@@ -153,7 +153,7 @@ class Compiled:
             step = None  # the optimizer's plan changed (another op or attribute): trace it again
         if step is None:
             return self._trace(key, tensors)
-        return self._unpack(self._eager(tensors))
+        return self._unpack(self._eager(tensors)[0])
 
     @property
     def signatures(self) -> int:
@@ -174,38 +174,31 @@ class Compiled:
                              "the optimizer steps on", op="compile", arg="fn")
         return results
 
-    def _eager(self, tensors) -> list:
-        """One eager call (the fallback, and the traced run itself)."""
-        opt = self.optimizer
+    def _eager(self, tensors, recorder=None) -> tuple[list, dict, dict]:
+        """One eager call: the fallback, and the traced run itself, whose
+        optimizer updates ``recorder`` records (``record_updates``):
+        ``(detached results, feed_of, updates)``."""
+        opt, feed_of, updates = self.optimizer, {}, {}
         if opt is None:
             with no_grad():
-                return [r.detach() for r in self._results(self.fn(*tensors))]
+                return [r.detach() for r in self._results(self.fn(*tensors))], feed_of, updates
         opt.zero_grad()
         results = self._results(self.fn(*tensors))
         results[0].backward()
-        opt.step()
+        if recorder is None:
+            opt.step()
+        else:
+            with no_grad():
+                feed_of, updates = record_updates(recorder, opt, opt.plan_step())
         opt.zero_grad()
-        return [r.detach() for r in results]
+        return [r.detach() for r in results], feed_of, updates
 
     def _trace(self, key, tensors):
-        opt = self.optimizer
-        if opt is not None:
-            opt.zero_grad()
         recorder = record.start()
-        feed_of, updates = {}, {}
         try:
             for t in tensors:
                 recorder.arg(t)
-            if opt is None:
-                with no_grad():
-                    results = [r.detach() for r in self._results(self.fn(*tensors))]
-            else:
-                results = self._results(self.fn(*tensors))
-                results[0].backward()
-                with no_grad():
-                    feed_of, updates = record_updates(recorder, opt, opt.plan_step())
-                opt.zero_grad()
-                results = [r.detach() for r in results]
+            results, feed_of, updates = self._eager(tensors, recorder)
         finally:
             record.stop()
         recorded = recorder.finish(results)
@@ -226,11 +219,8 @@ class Compiled:
         return self._unpack(results)
 
     def _build(self, recorded, feed_of, updates) -> _Module:
-        from ..graph.step import compile_graph
-
         feeds = Feeds.of(recorded, feed_of, updates)
-        func, keep = compile_graph(recorded.graph, self.target)
-        record.mark_in_place(recorded)
+        func, keep = record.compile_recorded(recorded, self.target)
         return _Module(func, keep, recorded, feeds)
 
 

@@ -25,6 +25,7 @@ one), or an op whose output length depends on its data, makes the run
 """
 from __future__ import annotations
 
+import contextlib
 import gc
 import threading
 import weakref
@@ -34,6 +35,7 @@ import numpy as np
 import tvm
 
 from ..graph.ir import Graph, Value
+from ..runtime import engine as _engine
 
 _active: "Recorder | None" = None
 
@@ -51,7 +53,7 @@ class State:
     array: object
     owners: list
     out: int | None = None
-    inplace: bool = False  # the module writes the new value over the old one (``mark_in_place``)
+    inplace: bool = False  # the module writes the new value over the old one (``compile_recorded``)
 
 
 @dataclass
@@ -125,17 +127,14 @@ class Recorder:
         self._keep.append(tensor._array)
         self._values[id(tensor._array)] = value
 
+    @contextlib.contextmanager
     def feeding(self, key):
         """Within the block, Tensors made from host data are feeds named ``key``."""
-        recorder = self
-
-        class _Feeding:
-            def __enter__(self):
-                recorder._feeding = key
-
-            def __exit__(self, *exc):
-                recorder._feeding = None
-        return _Feeding()
+        self._feeding = key
+        try:
+            yield
+        finally:
+            self._feeding = None
 
     def _value(self, tensor) -> Value:
         array = tensor._array
@@ -148,7 +147,7 @@ class Recorder:
             self._keep.append(array)
             self._first.append((array, value))
             if id(array) in self._created:  # its value now, before any in-place op writes it
-                self._snapshots[id(array)] = np.array(array.numpy())
+                self._snapshots[id(array)] = array.numpy()
         return value
 
     def finish(self, results: list) -> Recorded:
@@ -173,8 +172,6 @@ class Recorder:
             if id(array) in self._feeds:
                 feeds.append((self._feeds[id(array)], value))
                 continue
-            if any(value is a for a in self._args):
-                continue
             owners = [t for t, first in alive if first is array]
             maker = self._created.get(id(array))
             if maker is not None and maker() is not None and all(maker() is not t for t in owners):
@@ -198,19 +195,28 @@ class Recorder:
         graph.outputs = [self._values[id(t._array)] for t in results]
         out.results = len(results)
         for state in states:  # the value each owner holds now
-            now = {id(self._values.get(id(t._array))) for t in state.owners} - {id(None)}
-            final = next((self._values[id(t._array)] for t in state.owners
-                          if self._values.get(id(t._array)) is not None), None)
-            if len(now) > 1:
+            held = [v for t in state.owners if (v := self._values.get(id(t._array))) is not None]
+            if len({id(v) for v in held}) > 1:
                 out.problem = "tensors that shared one array before the function hold different values after it"
                 return out
-            if final is not None and final is not state.value:
+            if held and held[0] is not state.value:
                 state.out = len(graph.outputs)
-                graph.outputs.append(final)
+                graph.outputs.append(held[0])
         return out
 
 
-def mark_in_place(recorded: Recorded) -> None:
+def compile_recorded(recorded: Recorded, target=None):
+    """The recorded graph compiled into one module (``graph.step``, which
+    rewrites the graph), its states marked in place: ``(function, what keeps
+    its code alive)``."""
+    from ..graph.step import compile_graph
+
+    func, keep = compile_graph(recorded.graph, target)
+    _mark_in_place(recorded)
+    return func, keep
+
+
+def _mark_in_place(recorded: Recorded) -> None:
     """After the graph's passes: mark each state whose new value the module
     writes over its own input (``Graph.writes_inputs``), which keeps its
     memory, so its owners need not take the output."""
@@ -228,8 +234,6 @@ def call(func, arrays: list, states: list) -> list:
     """Run a recorded module: ``arrays`` (the arguments and feeds, ready),
     then each state's current array (waited for); give the owners of each
     state not written in place its new array. Returns the outputs."""
-    from ..runtime import engine as _engine
-
     engine, ins = _engine.default(), list(arrays)
     for state in states:
         if state.owners:
