@@ -189,8 +189,23 @@ def best_config(task: dict) -> dict | None:
     return dict(found[1]) if found else None
 
 
+def batch_sizes(ops, target_key: str) -> set[int]:
+    """The leading dims of the first input of the tasks of ``ops`` (op
+    names) on ``target_key`` that the applied and default records tuned: the
+    batch sizes a model made of those ops may have been tuned at."""
+    ops, found = set(ops), set()
+    for path in [*_applied, default_path()]:
+        for _, _, task in _indexed(path).values():
+            shapes = task.get("shapes") or [[]]
+            if task.get("op") in ops and task.get("target") == target_key and shapes[0] \
+                    and type(shapes[0][0]) is int and shapes[0][0] > 0:
+                found.add(shapes[0][0])
+    return found
+
+
 def _indexed(path: Path) -> dict:
-    """task key -> (median seconds, config) of one file, re-read when it changes."""
+    """task key -> (median seconds, config, task) of the best record of each
+    task in one file, re-read when it changes."""
     try:
         st = path.stat()
     except OSError:
@@ -208,7 +223,7 @@ def _indexed(path: Path) -> dict:
         if is_ok(rec):
             t = rec["result"]["median_s"]
             if rec["task_key"] not in index or t < index[rec["task_key"]][0]:
-                index[rec["task_key"]] = (t, rec["config"])
+                index[rec["task_key"]] = (t, rec["config"], rec["task"])
     with _lock:
         _index[path] = (stamp, index)
     return index

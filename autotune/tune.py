@@ -87,7 +87,7 @@ class TuneResult:
 def tune(task: Task, trials: int = 64, tuner: str = "xgb", records: str | os.PathLike | None = None,
          resume: bool = False, runner=None, builder=None, batch_size: int = 8, early_stopping: int | None = None,
          seed: int = 0, transfer: bool = True, callback: Callable[[Progress], None] | None = None,
-         **tuner_options) -> TuneResult:
+         new_trials: int | None = None, **tuner_options) -> TuneResult:
     """Tune ``task`` for ``trials`` measurements; returns the records and the best.
 
     Parameters
@@ -100,12 +100,17 @@ def tune(task: Task, trials: int = 64, tuner: str = "xgb", records: str | os.Pat
         its ``check()`` runs first (an unreachable RPC tracker fails in seconds)
     early_stopping : stop after this many trials without a faster config
     transfer : seed the xgb model with records of other shapes of the same op
+    new_trials : measure at most this many in this run, on top of the
+        resumed ones (then ``trials`` bounds the total only)
     """
     if tuner not in TUNERS:
         raise AttrError(f"got {tuner!r}, expected one of {sorted(TUNERS)}", op="tune", arg="tuner")
     if trials < 1 or batch_size < 1:
         raise AttrError(f"got trials={trials}, batch_size={batch_size}, expected positive numbers", op="tune",
                         arg="trials")
+    if new_trials is not None and new_trials < 1:
+        raise AttrError(f"got new_trials={new_trials}, expected a positive number or None", op="tune",
+                        arg="new_trials")
     if early_stopping is not None and early_stopping < 1:
         raise AttrError(f"got early_stopping={early_stopping}, expected a positive number of trials or None",
                         op="tune", arg="early_stopping")
@@ -126,6 +131,8 @@ def tune(task: Task, trials: int = 64, tuner: str = "xgb", records: str | os.Pat
     own_runner, own_builder = runner is None, builder is None
     runner = runner or LocalRunner()
     builder = builder or Builder()
+    if new_trials is not None:
+        trials = min(trials, len(search.visited) + new_trials)
     progress = Progress(task, trials, done=len(search.visited), resumed=len(search.visited))
     progress.best_s = min((r["result"]["median_s"] for r in prior if rec.is_ok(r)), default=float("inf"))
     folder = tempfile.mkdtemp(prefix="kiln-tune-")

@@ -23,7 +23,7 @@ from ..version import __version__
 from ..errors import KilnError
 from .args import KilnArgumentParser
 
-HELPERS = {"args", "__main__"}  # modules of this package that are not subcommands
+HELPERS = {"args", "tune_model", "__main__"}  # modules of this package that are not subcommands
 
 
 def version_text() -> str:

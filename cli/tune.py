@@ -5,6 +5,7 @@ append every measurement to a records file that ``kiln.build`` reads.
     kiln tune matmul --shape 512x512x512 --trials 64 --resume
     kiln tune conv2d --shape 1x64x56x56,64x64x3x3 --attr padding=1 --rpc 10.0.0.5:9190 --key rasp4
     kiln tune --plot curves.png [--records FILE]
+    kiln tune --model cnn --budget 10m [--batch-size 16] [--training]   (cli/tune_model.py)
 
 Everything that can be checked is checked before the first measurement: the
 op and shapes, the records and plot paths, matplotlib for ``--plot``, and the
@@ -19,13 +20,27 @@ import sys
 from ..errors import AttrError, TargetError
 from ..autotune import records as rec
 from ..outputs import check_plot_path
+from . import tune_model
+from .tune_model import duration
 from .args import add_op_arguments, input_dtypes, input_shapes, parse_attrs, positive_int, seconds, seed_int
 
 
 def register(subparsers) -> None:
     parser = subparsers.add_parser("tune", help="tune an op's schedule knobs; best configs are used by kiln.build")
     add_op_arguments(parser, required=False, records=False)
-    parser.add_argument("--trials", type=positive_int, default=64, help="measurements to make (default 64)")
+    parser.add_argument("--trials", type=positive_int,
+                        help="measurements to make (default 64 for an op; for --model, in all, resumed ones included)")
+    parser.add_argument("--model", metavar="NAME|MODEL.npz",
+                        help="tune every kernel of a model: a zoo model (mlp, mlp-residual, cnn, resnet, for digits "
+                             "images) or a checkpoint from kiln train --save; kiln export and kiln train use the "
+                             "records")
+    parser.add_argument("--budget", type=duration, metavar="TIME",
+                        help="with --model: time to spend, e.g. 600, 90s, 10m, 1.5h (and/or --trials)")
+    parser.add_argument("--batch-size", type=positive_int, default=16,
+                        help="with --model: the batch size to tune the model at (default 16)")
+    parser.add_argument("--training", action="store_true",
+                        help="with --model: tune one training step's kernels (forward, backward, Adam's updates), "
+                             "as kiln train compiles it")
     parser.add_argument("--tuner", default="xgb", choices=("xgb", "random", "grid"),
                         help="how configs are chosen: xgb (an XGBoost cost model ranks candidates; default), "
                              "random draws, or grid (every config in order, the default first)")
@@ -34,7 +49,7 @@ def register(subparsers) -> None:
                              "always reads; another file is used with kiln show/bench --records FILE)")
     parser.add_argument("--resume", action="store_true", help="continue from the task's records, re-measuring none")
     parser.add_argument("--batch", type=positive_int, default=8,
-                        help="configs built and measured per batch (default 8)")
+                        help="configs built and measured per batch, and per round of a --model tune (default 8)")
     parser.add_argument("--early-stopping", type=positive_int, metavar="N",
                         help="stop after N trials without a faster config")
     parser.add_argument("--seed", type=seed_int, default=0,
@@ -51,6 +66,14 @@ def register(subparsers) -> None:
 
 
 def run(args) -> int:
+    if args.model is not None:
+        if args.plot:
+            raise AttrError("got --plot with --model, expected it alone (kiln tune --plot PNG plots the records)",
+                            op="tune", arg="--plot")
+        return tune_model.run(args)
+    if args.budget is not None or args.training:
+        raise AttrError(f"got {'--budget' if args.budget is not None else '--training'} without --model, expected "
+                        "it with --model", op="tune", arg="--budget" if args.budget is not None else "--training")
     if args.plot:
         check_plot_path(args.plot)  # a missing matplotlib is said now, not after the tuning
     if args.op is None:
@@ -65,7 +88,7 @@ def run(args) -> int:
     runner = _runner(args, task)
     bar = None if args.json else ProgressBar(sys.stderr, task.unit)
     try:
-        result = tune(task, trials=args.trials, tuner=args.tuner, records=args.records, resume=args.resume,
+        result = tune(task, trials=args.trials or 64, tuner=args.tuner, records=args.records, resume=args.resume,
                       runner=runner, batch_size=args.batch, early_stopping=args.early_stopping, seed=args.seed,
                       callback=bar)
     finally:

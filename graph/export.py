@@ -31,7 +31,7 @@ from .fold import fold_affine
 from .fuse import fuse_epilogues
 from .layout import block_layouts
 from .prepack import prepack_weights
-from .lower import build_module
+from .lower import build_module, kernel_nodes, node_workload
 from .trace import trace
 
 FORMAT = "kiln-model-1"
@@ -61,7 +61,11 @@ def _mark_noalias(mod, _ctx):
     return mod
 
 
-def export(model, example, path, dynamic_batch: bool = True, target=None) -> Path:
+#: the most batch sizes an export compiles entries of their own for
+MAX_TUNED_BATCHES = 4
+
+
+def export(model, example, path, dynamic_batch: bool = True, target=None, batches=None) -> Path:
     """Compile ``model``'s eval-mode forward into one shared library at ``path``.
 
     Parameters
@@ -73,6 +77,16 @@ def export(model, example, path, dynamic_batch: bool = True, target=None) -> Pat
     path : str or Path
         Written atomically (temporary file, then rename); checked before
         compiling (``OutputError`` for a directory or an unwritable folder).
+    batches : sequence of int, optional
+        With ``dynamic_batch``, batch sizes that get kernels of their own,
+        compiled for that batch (a call of another batch size runs the
+        symbolic kernels). By default, the batch sizes the tuning records
+        hold tuned kernels of this model for (``kiln tune --model``), at most
+        ``MAX_TUNED_BATCHES``; ``()`` for none.
+
+    Kernels of static shapes use the best tuning record of their workload
+    where there is one; ``kiln.runtime.build.untuned()`` exports as if there
+    were none.
 
     A model written in Python is exported the same way, after loading its
     trained weights: ``model.load_state_dict(state)`` (``state`` from
@@ -84,6 +98,23 @@ def export(model, example, path, dynamic_batch: bool = True, target=None) -> Pat
     if example.ndim == 0:
         raise ExportError("got a 0-d example, expected a batch", op="export", arg="example")
     target = as_target(target)
+    batches = None if batches is None else _check_batches(batches)
+    graph = inference_graph(model, example, target, dynamic_batch)
+    meta = {"format": FORMAT, "input_shape": [None if dynamic_batch and i == 0 else int(d)
+                                              for i, d in enumerate(example.shape)],
+            "input_dtype": str(example.dtype), "kiln": __version__, "tvm": tvm.__version__}
+    if batches is None:
+        batches = tuned_batches(graph, target) if dynamic_batch else ()
+    executable = compile_module(build_module(graph, meta, target, dynamic_batch, batches), target)
+    with atomic_path(path, suffix=".so") as tmp:  # an OSError becomes an OutputError naming the path
+        executable.export_library(tmp)
+    return path
+
+
+def inference_graph(model, example: np.ndarray, target, dynamic_batch: bool = True):
+    """``model``'s eval-mode forward on inputs like ``example``, traced (its
+    batch dim symbolic with ``dynamic_batch``) and optimized for ``target``:
+    the graph an export compiles. The model's training mode is restored."""
     was_training = getattr(model, "training", False)
     if hasattr(model, "eval"):
         model.eval()
@@ -92,13 +123,33 @@ def export(model, example, path, dynamic_batch: bool = True, target=None) -> Pat
     finally:
         if was_training and hasattr(model, "train"):
             model.train()
-    meta = {"format": FORMAT, "input_shape": [None if dynamic_batch and i == 0 else int(d)
-                                              for i, d in enumerate(example.shape)],
-            "input_dtype": str(example.dtype), "kiln": __version__, "tvm": tvm.__version__}
-    executable = compile_module(build_module(optimize(graph, target), meta, target, dynamic_batch), target)
-    with atomic_path(path, suffix=".so") as tmp:  # an OSError becomes an OutputError naming the path
-        executable.export_library(tmp)
-    return path
+    return optimize(graph, target)
+
+
+def tuned_batches(graph, target) -> list[int]:
+    """The batch sizes at which the tuning records hold a config for one of
+    the (optimized, symbolic-batch) graph's kernels, the most tuned kernels
+    first, at most ``MAX_TUNED_BATCHES``."""
+    from ..autotune.records import batch_sizes
+    from ..runtime.build import tuned_config
+
+    counts = []
+    for batch in sorted(batch_sizes({n.op.name for n in kernel_nodes(graph)}, target.key)):
+        static = graph.specialized(batch)
+        tuned = sum(bool(tuned_config(node_workload(n), target)) for n in kernel_nodes(static))
+        if tuned:
+            counts.append((-tuned, batch))
+    return sorted(batch for _, batch in sorted(counts)[:MAX_TUNED_BATCHES])
+
+
+def _check_batches(batches) -> tuple:
+    try:
+        batches = tuple(batches)
+    except TypeError:
+        batches = None
+    if batches is None or not all(type(b) is int and b >= 1 for b in batches) or len(set(batches)) != len(batches):
+        raise ExportError(f"got {batches!r}, expected distinct batch sizes >= 1", op="export", arg="batches")
+    return batches
 
 
 def compile_module(mod, target):

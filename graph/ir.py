@@ -12,6 +12,8 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 import numpy as np
+import tvm
+from tvm.sym.analyzer import Analyzer
 
 
 @dataclass(eq=False)
@@ -125,6 +127,32 @@ class Graph:
         self.nodes = kept[::-1]
         return dropped
 
+    def specialized(self, batch: int) -> "Graph":
+        """A copy with every symbolic dim (and attribute) that names a
+        variable set to ``batch``: the same nodes at one concrete batch, its
+        constants shared with this graph."""
+        out, env = Graph(), {}
+
+        def copy(v: Value) -> Value:
+            if v.is_const:
+                return v
+            if id(v) not in env:
+                env[id(v)] = Value(_concrete(v.shape, batch), v.dtype, name=v.name)
+            return env[id(v)]
+
+        out.inputs = [copy(v) for v in self.inputs]
+        for node in self.nodes:
+            new = Node(node.op, _concrete(node.attrs, batch), [copy(v) for v in node.inputs],
+                       epilogue=[(op, _concrete(attrs, batch), [copy(v) for v in others])
+                                 for op, attrs, others in node.epilogue], inplace=node.inplace)
+            for v in node.outputs:
+                copied = copy(v)
+                copied.node = new
+                new.outputs.append(copied)
+            out.nodes.append(new)
+        out.outputs = [copy(v) for v in self.outputs]
+        return out
+
     def constants(self) -> list[Value]:
         """The distinct constants the nodes read."""
         seen: dict[int, Value] = {}
@@ -141,3 +169,19 @@ class Graph:
                          f"({', '.join(v.name or repr(v) for v in n.operands())}) {n.attrs}")
         lines.append(f"  return {', '.join(v.name for v in self.outputs)}")
         return "\n".join(lines)
+
+
+def _concrete(item, batch: int):
+    """``item`` (a shape, an attribute dict, a tuple of dims...) with its
+    symbolic expressions evaluated at ``batch`` for every variable."""
+    if isinstance(item, dict):
+        return {k: _concrete(v, batch) for k, v in item.items()}
+    if isinstance(item, (tuple, list)):
+        return type(item)(_concrete(v, batch) for v in item)
+    if isinstance(item, tvm.ir.expr.Expr) and not isinstance(item, tvm.tirx.IntImm):
+        analyzer = Analyzer()
+        for var in tvm.tirx.analysis.undefined_vars(item):
+            analyzer.bind(var, batch)
+        value = analyzer.simplify(item)
+        return int(value) if isinstance(value, tvm.tirx.IntImm) else value
+    return item

@@ -10,14 +10,17 @@ constants, embedded in the module.
 from __future__ import annotations
 
 import json
+import warnings
 
 import numpy as np
 import tvm
 from tvm import relax, tirx
 
 from ..errors import ExportError, KilnError, tvm_message
+from ..runtime.build import tuned_config
 from ..runtime.lower import schedule
 from ..schedules.generic import schedule_injective
+from ..te.shapes import is_static
 from .ir import Graph, Node
 
 VIEWS = ("reshape",)
@@ -152,22 +155,31 @@ ENTRIES = (("main_small", 8, _few_rows_config), ("main_some", 32, _some_rows_con
            ("main", None, _many_rows_config))
 
 
-def build_module(graph: Graph, meta: dict, target, dynamic_batch: bool = True) -> tvm.IRModule:
+def build_module(graph: Graph, meta: dict, target, dynamic_batch: bool = True, batches=()) -> tvm.IRModule:
     """The scheduled module: one Relax function per entry (``ENTRIES`` with a
     dynamic batch, else ``main`` alone), each with its own kernels, and
     ``kiln_metadata`` returning ``meta`` as UTF-8 JSON bytes with the entries
-    listed (the Predictor picks the first that covers a batch)."""
-    entries = ENTRIES if dynamic_batch else ENTRIES[-1:]
-    mod, listed = None, []
-    for name, max_batch, configure in entries:
-        part, kernels = to_relax(graph, name, "" if name == "main" else name[4:])
+    listed (the Predictor picks the first that serves a batch). Each of
+    ``batches`` (with a dynamic batch) gets an entry of its own before them,
+    ``main_b<N>``: the graph at that batch, whose kernels of static shapes
+    take their tuned configs."""
+    parts, listed = [], []
+    for batch in batches if dynamic_batch else ():
+        configure = next(c for _, limit, c in ENTRIES if limit is None or batch <= limit)
+        parts.append((graph.specialized(batch), f"main_b{batch}", f"_b{batch}", configure))
+        listed.append({"name": f"main_b{batch}", "batch": batch})
+    for name, max_batch, configure in ENTRIES if dynamic_batch else ENTRIES[-1:]:
+        parts.append((graph, name, "" if name == "main" else name[4:], configure))
+        listed.append({"name": name} if max_batch is None else {"name": name, "max_batch": max_batch})
+    mod = None
+    for part_graph, name, suffix, configure in parts:
+        part, kernels = to_relax(part_graph, name, suffix)
         part = schedule_kernels(part, kernels, target, configure)
         if mod is None:
             mod = part
         else:
             for gv, func in part.functions_items():
                 mod[gv] = func
-        listed.append({"name": name} if max_batch is None else {"name": name, "max_batch": max_batch})
     bb = relax.BlockBuilder()
     with bb.function("kiln_metadata", []):
         data = json.dumps({**meta, "entries": listed}).encode()
@@ -177,19 +189,43 @@ def build_module(graph: Graph, meta: dict, target, dynamic_batch: bool = True) -
     return mod
 
 
+def node_workload(node: Node):
+    """The workload of ``node``'s own op (its epilogue aside): what a kernel
+    of the node is tuned as."""
+    return node.op.check([v.shape for v in node.inputs], [v.dtype for v in node.inputs], node.attrs)
+
+
+def kernel_nodes(graph: Graph) -> list[Node]:
+    """The nodes that become kernels (a reshape alone is a view)."""
+    return [n for n in graph.nodes if n.op.name not in VIEWS or n.epilogue]
+
+
+def tuned_of(workload, target) -> dict:
+    """The best tuning record's config for a workload of static shapes (``{}``
+    for none, or for symbolic shapes, which tuning never measures)."""
+    return tuned_config(workload, target) if all(is_static(d) for s in workload.shapes for d in s) else {}
+
+
 def schedule_kernels(mod: tvm.IRModule, kernels: dict, target, configure=None) -> tvm.IRModule:
     """Schedule every kernel PrimFunc of ``mod`` with kiln's templates: the
-    defaults, or ``configure(knobs, workload)``'s values for the knobs the
-    template declares."""
+    best tuned config of a kernel's workload where the records hold one, else
+    the defaults, or ``configure(knobs, workload)``'s values for the knobs
+    the template declares."""
     for gv, func in list(mod.functions_items()):
         node = kernels.get(gv.name_hint)
         if not isinstance(func, tirx.PrimFunc) or node is None:
             continue
-        workload = node.op.check([v.shape for v in node.inputs], [v.dtype for v in node.inputs], node.attrs)
+        workload = node_workload(node)
         blocks = _block_names(func)
         head = blocks.index(node.op.name) if node.op.name in blocks else len(blocks) - 1 - len(node.epilogue)
-        lowered, config = schedule(workload, func, blocks[head], target), {}
-        for _ in range(3):  # a config can bring knobs of its own (a pad stage's): settle them too
+        tuned = tuned_of(workload, target)
+        try:
+            lowered, config = schedule(workload, func, blocks[head], target, tuned), tuned
+        except KilnError as exc:  # fits the op alone but not with its epilogue: the defaults serve
+            warnings.warn(f"kiln: ignoring the tuning record for {node.name}: {exc}", RuntimeWarning, stacklevel=2)
+            tuned = {}
+            lowered, config = schedule(workload, func, blocks[head], target), {}
+        for _ in range(0 if tuned else 3):  # a config can bring knobs of its own (a pad stage's): settle them
             wanted = {**config, **configure(lowered.cfg.space, workload)} if configure else {}
             if wanted == config:
                 break

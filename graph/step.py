@@ -27,12 +27,13 @@ from tvm import relax
 
 from ..runtime import cache
 from ..runtime.device import as_target
+from ..schedules import config_key
 from ..te.workload import digest
 from ..version import __version__
 from .export import compile_module
 from .fuse import fuse_epilogues
 from .ir import Graph
-from .lower import schedule_kernels, static_config, to_relax
+from .lower import kernel_nodes, node_workload, schedule_kernels, static_config, to_relax, tuned_of
 
 
 class _Module:
@@ -47,8 +48,7 @@ def compile_graph(graph: Graph, target=None):
     """The graph's compiled function (rewriting ``graph`` in place) and the
     objects that keep its code alive."""
     target = as_target(target)
-    graph.prune()
-    fuse_epilogues(graph)
+    optimize_step(graph)
 
     def build():
         mod, kernels = to_relax(graph, "main")
@@ -58,6 +58,14 @@ def compile_graph(graph: Graph, target=None):
     held = cache.get(graph_key(graph, target), _Module, build)
     vm = relax.VirtualMachine(held.module, tvm.cpu())
     return vm["main"], (held, vm)
+
+
+def optimize_step(graph: Graph) -> Graph:
+    """A step's passes, in place: drop the work no output needs, fuse
+    elementwise consumers into their producers."""
+    graph.prune()
+    fuse_epilogues(graph)
+    return graph
 
 
 def describe(graph: Graph) -> dict:
@@ -99,5 +107,9 @@ def _graph_code() -> str:
 
 
 def graph_key(graph: Graph, target) -> str:
-    return digest({"graph": describe(graph), "target": target.key, "kiln": __version__, "tvm": tvm.__version__,
+    """The cache key of the graph's module: the graph, the tuned configs its
+    kernels will use (a new record makes a new module), the target and the
+    code that compiles it."""
+    tuned = [config_key(tuned_of(node_workload(n), target)) for n in kernel_nodes(graph)]
+    return digest({"graph": describe(graph), "tuned": tuned, "target": target.key, "kiln": __version__, "tvm": tvm.__version__,
                    "code": cache.code_fingerprint(), "graph_code": _graph_code(), "entry": cache.ENTRY_FORMAT})

@@ -30,7 +30,7 @@ import warnings
 import numpy as np
 import tvm
 
-from ..errors import AttrError, KilnError, ShapeError
+from ..errors import AttrError, BuildError, KilnError, ShapeError
 from ..runtime import engine as _engine
 from ..runtime.pool import host_tensor
 from . import record
@@ -193,7 +193,22 @@ class Compiled:
         opt.zero_grad()
         return [r.detach() for r in results], feed_of, updates
 
-    def _trace(self, key, tensors):
+    def graph(self, *args):
+        """The optimized graph (``kiln.graph.Graph``) one call on ``args``
+        compiles to, without compiling it: what ``kiln.autotune.extract``
+        reads. The call runs once, eagerly (a training step's update is
+        applied). Raises ``BuildError`` when the call cannot be compiled."""
+        from ..graph.step import optimize_step
+
+        tensors = [a if isinstance(a, Tensor) else Tensor(a) for a in args]
+        recorded = self._record(tensors)[0]
+        if recorded.problem is not None:
+            raise BuildError(f"{getattr(self.fn, '__name__', 'the function')} cannot be compiled: "
+                               f"{recorded.problem}", op="compile", arg="fn")
+        return optimize_step(recorded.graph)
+
+    def _record(self, tensors):
+        """One eager call under a recorder: ``(recorded, results, feed_of, updates)``."""
         recorder = record.start()
         try:
             for t in tensors:
@@ -201,7 +216,10 @@ class Compiled:
             results, feed_of, updates = self._eager(tensors, recorder)
         finally:
             record.stop()
-        recorded = recorder.finish(results)
+        return recorder.finish(results), results, feed_of, updates
+
+    def _trace(self, key, tensors):
+        recorded, results, feed_of, updates = self._record(tensors)
         if recorded.problem is None:
             try:
                 step = self._build(recorded, feed_of, updates)

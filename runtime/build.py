@@ -6,9 +6,10 @@ template defaults), its cache key, and returns the cached ``Kernel`` or
 lowers and compiles a new one."""
 from __future__ import annotations
 
-from typing import Callable, Mapping, Sequence
-
+import contextlib
+import threading
 import warnings
+from typing import Callable, Mapping, Sequence
 
 from ..errors import KilnError
 from ..schedules import config_key
@@ -71,6 +72,7 @@ def build_workload(workload: Workload, target, config: Mapping | None = None) ->
 
 _config_sources: list[Callable] = []
 _checked: dict[tuple, bool] = {}
+_scope = threading.local()  # .untuned: tuned configs are ignored in this thread
 
 
 def add_config_source(source: Callable) -> None:
@@ -84,7 +86,9 @@ def add_config_source(source: Callable) -> None:
 def tuned_config(workload: Workload, target) -> dict:
     """The first tuned config a source knows for this workload, if it still
     fits the template (a record from an older template may name knobs that no
-    longer exist: it is skipped with a warning)."""
+    longer exist: it is skipped with a warning); ``{}`` inside ``untuned()``."""
+    if getattr(_scope, "untuned", False):
+        return {}
     for source in _config_sources:
         found = source(workload, target.key)
         if not found:
@@ -101,3 +105,16 @@ def tuned_config(workload: Workload, target) -> dict:
         if _checked[memo]:
             return dict(found)
     return {}
+
+
+@contextlib.contextmanager
+def untuned():
+    """Within it, this thread builds, compiles and exports with the
+    templates' defaults, as if there were no tuning records (how a model's
+    time before tuning is measured)."""
+    before = getattr(_scope, "untuned", False)
+    _scope.untuned = True
+    try:
+        yield
+    finally:
+        _scope.untuned = before

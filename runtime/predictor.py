@@ -30,12 +30,16 @@ ALIGN = 64
 DLPACK_VERSION = (1, 0)  # the versioned protocol carries a read-only flag, so read-only arrays export too
 
 
-def parse_entries(meta: dict) -> list[tuple[int, str]]:
-    """The model's entry functions as ``(max_batch, name)``, in the order to try.
+def parse_entries(meta: dict) -> list[tuple[int, int, str]]:
+    """The model's entry functions as ``(lowest, highest batch, name)``, in
+    the order to try.
 
-    ``meta["entries"]`` (optional) lists ``{"name": ..., "max_batch": ...}``;
-    an entry without ``max_batch`` serves any batch. Without it, ``main``
-    serves every batch. Raises ``ExportError`` for a malformed list.
+    ``meta["entries"]`` (optional) lists ``{"name": ...}`` with either
+    ``"batch"`` (the entry serves that batch size alone: kernels compiled for
+    it, tuned ones where records existed) or ``"max_batch"`` (optional: it
+    serves batches up to that; without either it serves any). Without the
+    list, ``main`` serves every batch. Raises ``ExportError`` for a malformed
+    list.
     """
     entries = meta.get("entries", [{"name": "main"}])
     if not isinstance(entries, list) or not entries:
@@ -43,22 +47,23 @@ def parse_entries(meta: dict) -> list[tuple[int, str]]:
                           arg="path")
     parsed = []
     for entry in entries:
-        limit = entry.get("max_batch") if isinstance(entry, dict) else None
-        if (not isinstance(entry, dict) or not isinstance(entry.get("name"), str)
-                or (limit is not None and (type(limit) is not int or limit < 1))):
-            raise ExportError(f"metadata entry {entry!r} is not {{'name': str, 'max_batch': int >= 1 (optional)}}",
-                              op="Predictor", arg="path")
-        parsed.append((sys.maxsize if limit is None else limit, entry["name"]))
+        limits = [entry.get(k) for k in ("batch", "max_batch")] if isinstance(entry, dict) else [None]
+        if (not isinstance(entry, dict) or not isinstance(entry.get("name"), str) or None not in limits
+                or any(v is not None and (type(v) is not int or v < 1) for v in limits)):
+            raise ExportError(f"metadata entry {entry!r} is not {{'name': str, 'batch' or 'max_batch': int >= 1 "
+                              "(optional)}", op="Predictor", arg="path")
+        exact, limit = limits
+        parsed.append((exact or 1, exact or limit or sys.maxsize, entry["name"]))
     return parsed
 
 
-def choose_entry(entries: list[tuple[int, str]], batch: int) -> str:
-    """The first entry whose ``max_batch`` is at least ``batch``; ``ShapeError``
-    when none is (the model was exported for smaller batches only)."""
-    for limit, name in entries:
-        if batch <= limit:
+def choose_entry(entries: list[tuple[int, int, str]], batch: int) -> str:
+    """The first entry that serves ``batch``; ``ShapeError`` when none does
+    (the model was exported for smaller batches only)."""
+    for low, high, name in entries:
+        if low <= batch <= high:
             return name
-    raise ShapeError(f"got a batch of {batch}, the model serves batches up to {max(e[0] for e in entries)}",
+    raise ShapeError(f"got a batch of {batch}, the model serves batches up to {max(e[1] for e in entries)}",
                      op="Predictor", arg="x")
 
 
@@ -135,7 +140,7 @@ class Predictor:
                               op="Predictor", arg="path")
         self._entries = parse_entries(self.meta)
         try:  # looked up once: a lookup costs about a microsecond per call
-            self._funcs = {name: self.vm[name] for _, name in self._entries}
+            self._funcs = {name: self.vm[name] for _, _, name in self._entries}
         except Exception as exc:  # noqa: BLE001 - a missing function is a TVM error
             raise ExportError(f"{self.path} lacks an entry function its metadata lists: {tvm_message(exc, 200)}",
                               op="Predictor", arg="path") from exc

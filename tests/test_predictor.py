@@ -126,12 +126,16 @@ def test_input_checks_keep_their_errors(exported, tmp_path):
 def test_entries_are_chosen_by_batch():
     entries = parse_entries({"entries": [{"name": "main_small", "max_batch": 8}, {"name": "main"}]})
     assert [choose_entry(entries, n) for n in (1, 8, 9, 1000)] == ["main_small"] * 2 + ["main"] * 2
-    assert parse_entries({}) == [(parse_entries({})[0][0], "main")] and choose_entry(parse_entries({}), 10 ** 9) == "main"
+    assert parse_entries({})[0][::2] == (1, "main") and choose_entry(parse_entries({}), 10 ** 9) == "main"
+    exact = parse_entries({"entries": [{"name": "main_b16", "batch": 16}, {"name": "main_some", "max_batch": 32},
+                                       {"name": "main"}]})
+    assert [choose_entry(exact, n) for n in (15, 16, 17, 33)] == ["main_some", "main_b16", "main_some", "main"]
     bounded = parse_entries({"entries": [{"name": "a", "max_batch": 4}, {"name": "b", "max_batch": 16}]})
     assert choose_entry(bounded, 5) == "b"
     with pytest.raises(ShapeError, match="batches up to 16"):
         choose_entry(bounded, 17)
-    for bad in ([], "main", [{"max_batch": 4}], [{"name": "a", "max_batch": 0}], [{"name": "a", "max_batch": 2.5}]):
+    for bad in ([], "main", [{"max_batch": 4}], [{"name": "a", "max_batch": 0}], [{"name": "a", "max_batch": 2.5}],
+                [{"name": "a", "batch": 2, "max_batch": 4}], [{"name": "a", "batch": True}]):
         with pytest.raises(ExportError, match="entr"):
             parse_entries({"entries": bad})
 

@@ -1,0 +1,130 @@
+"""Task extraction: the distinct kernel workloads a model runs, with their call counts.
+
+``extract(model, example)`` reads the graph ``kiln.export`` compiles —
+traced, with eval BatchNorm folded, epilogues fused, weights pre-packed and
+layouts blocked — at the example's batch size; ``training=True`` reads the
+graph ``kiln.compile`` makes of one training step (forward, loss, backward
+and the optimizer's fused updates). Each kernel is tuned as its node's own op
+(a fused epilogue rides along in the kernel, but the anchor op's knobs are
+the ones searched), so a workload that several kernels share is one task,
+called that many times per inference or step.
+
+The tuned records then serve those exact kernels: ``kiln export`` gives the
+tuned batch size an entry of its own (``export(batches=...)``), and a
+compiled training step of static shapes takes them as it is built.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+
+from ..errors import AttrError, ShapeError
+from ..graph.lower import kernel_nodes, node_workload
+from ..runtime.device import as_target
+from .task import Task
+
+
+@dataclass(frozen=True)
+class ModelTask:
+    """A tuning task of a model: ``calls`` kernels of its workload run per
+    inference or training step; ``kernels`` names them (op and fused epilogue)."""
+
+    task: Task
+    calls: int
+    kernels: tuple
+
+    @property
+    def name(self) -> str:
+        return self.task.name
+
+
+def extract(model, example, training: bool = False, target=None, optimizer=None, loss_fn=None,
+            labels=None) -> list[ModelTask]:
+    """The distinct kernel workloads of ``model`` on batches like ``example``.
+
+    Parameters
+    ----------
+    model : kiln.nn.Module (or any callable made of kiln ops)
+    example : array-like
+        An input batch; its batch size is the one tuned.
+    training : extract one training step's kernels instead of an inference's
+    optimizer, loss_fn, labels : with ``training``, the step's optimizer
+        (default ``Adam(model.parameters())``, as ``kiln train``), loss
+        (default ``SoftmaxLoss``) and labels (default zeros). The model's
+        parameters, buffers and the optimizer's state are left as they were.
+
+    Returns the tasks, the most called first (then in graph order).
+    """
+    example = np.asarray(example.numpy() if hasattr(example, "numpy") else example)
+    if example.ndim == 0 or example.shape[0] < 1:
+        raise ShapeError(f"got an example of shape {example.shape}, expected a batch of at least one",
+                         op="extract", arg="example")
+    target = as_target(target)
+    if training:
+        graph = _training_graph(model, example, target, optimizer, loss_fn, labels)
+    else:
+        from ..graph.export import inference_graph
+
+        graph = inference_graph(model, example, target).specialized(int(example.shape[0]))
+    found: dict[str, tuple] = {}
+    for node in kernel_nodes(graph):
+        workload = node_workload(node)
+        task, calls, names = found.get(workload.key, (None, 0, ()))
+        found[workload.key] = (task or Task.of(workload, target), calls + 1, names + (node.name,))
+    order = sorted(enumerate(found.values()), key=lambda item: (-item[1][1], item[0]))
+    return [ModelTask(task, calls, names) for _, (task, calls, names) in order]
+
+
+def _training_graph(model, example, target, optimizer, loss_fn, labels):
+    from ..nn import Tensor, optim
+    from ..nn.compiled import Compiled
+    from ..nn.modules import SoftmaxLoss
+
+    if not hasattr(model, "parameters"):
+        raise AttrError(f"got {type(model).__name__}, expected a kiln.nn.Module to train", op="extract",
+                        arg="model")
+    optimizer = optimizer or optim.Adam(model.parameters())
+    loss_fn = loss_fn or SoftmaxLoss()
+    labels = np.zeros(example.shape[0], "int32") if labels is None else np.asarray(labels)
+    saved = model.state_dict()
+    kept = _optimizer_state(optimizer)
+    was_training = model.training
+    model.train()
+    try:
+        step = Compiled(lambda x, y: loss_fn(model(x), y), optimizer, target)
+        return step.graph(Tensor(example), Tensor(labels))
+    finally:
+        model.load_state_dict(saved)
+        _restore_optimizer(optimizer, kept)
+        if not was_training:
+            model.eval()
+
+
+def _optimizer_state(optimizer) -> dict:
+    """Copies of the optimizer's buffers (its dicts of Tensors: momentum,
+    Adam's moments) and its other plain attributes (the step count)."""
+    from ..nn import Tensor
+
+    kept = {}
+    for name, value in vars(optimizer).items():
+        if isinstance(value, dict) and all(isinstance(t, Tensor) for t in value.values()):
+            kept[name] = {k: t.numpy().copy() for k, t in value.items()}
+        elif isinstance(value, (int, float)):
+            kept[name] = value
+    return kept
+
+
+def _restore_optimizer(optimizer, kept: dict) -> None:
+    from ..nn import Tensor
+
+    for name, value in kept.items():
+        if not isinstance(value, dict):
+            setattr(optimizer, name, value)
+            continue
+        buffers = getattr(optimizer, name)
+        for key in list(buffers):
+            if key in value:
+                buffers[key].data = Tensor(value[key]).data  # in place of the step's update, same Tensor
+            else:
+                del buffers[key]  # made by the traced step

@@ -1,0 +1,207 @@
+"""Sharing one tuning budget among a model's tasks, where it shortens the model most.
+
+The model's time is estimated as ``sum(calls * best seconds)`` over its tasks
+(``extract``). Every task first gets one round (its default config and a few
+more: ``round_trials``), the tasks whose estimated share is largest first.
+Then each round goes to the task with the largest expected gain per trial,
+as Ansor's gradient-based task scheduler does: ``calls`` times a mix of the
+task's recent improvement per trial (backward: what its last rounds gained)
+and an optimistic ``best / trials`` (forward: tasks tuned little are likely
+to gain more). A task stops after ``patience`` trials without a faster
+config, or when its space runs out.
+
+Every round is a ``tune`` call with ``resume=True`` on one records file, so
+the records are the whole state: a run killed at any point resumes from them
+(``resume=True``) without re-measuring, and each round's xgb model starts
+from its task's records and those of the other tasks of the same op
+(``transfer``: shapes teach each other). A trial budget counts the records
+a resumed run finds; a time budget (seconds) counts this run, and a round
+is shortened to fit what is left of it, from its task's seconds per trial.
+"""
+from __future__ import annotations
+
+import math
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Callable
+
+from ..errors import AttrError
+from . import records as rec
+from .extract import ModelTask
+
+#: seconds per trial assumed for a task before any of its rounds is timed
+FIRST_GUESS_S = 1.0
+
+
+@dataclass
+class TaskState:
+    """One task's tuning so far: ``trials`` records, ``best_s`` (median
+    seconds of its fastest config), ``default_s`` (the template default's),
+    ``history`` of ``(trials, best_s)`` after each round."""
+
+    model_task: ModelTask
+    trials: int = 0
+    best_s: float = math.inf
+    default_s: float = math.inf
+    since_best: int = 0
+    stopped: str = ""         # why it gets no more rounds ("" while it may)
+    per_trial_s: float = 0.0  # wall seconds per trial of its last round
+    history: list = field(default_factory=list)
+
+    @property
+    def calls(self) -> int:
+        return self.model_task.calls
+
+
+@dataclass
+class Schedule:
+    """Where a model's tuning stands (what the callback sees and ``run`` returns)."""
+
+    states: list
+    trials: int = 0           # records of the model's tasks (resumed included)
+    measured: int = 0         # measured by this run
+    rounds: int = 0
+    current: TaskState | None = None
+    started: float = field(default_factory=time.monotonic)
+    budget_s: float | None = None
+    trial_budget: int | None = None
+
+    @property
+    def elapsed(self) -> float:
+        return time.monotonic() - self.started
+
+    def estimate_s(self, default: bool = False) -> float:
+        """The model's estimated seconds: calls x best (or default) time, over the tasks measured."""
+        times = [(s.calls, s.default_s if default else s.best_s) for s in self.states]
+        return sum(c * t for c, t in times if t < math.inf)
+
+    @property
+    def measured_all(self) -> bool:
+        return all(s.best_s < math.inf or s.stopped for s in self.states)
+
+
+class TaskScheduler:
+    """Tune ``tasks`` (``extract``'s ``ModelTask``s) under one budget; see the module docstring.
+
+    ``tune_round(task, n)`` measures up to ``n`` more configs of a ``Task``
+    and returns all of its records (default: ``tune`` with ``resume=True``
+    on ``records``, sharing ``runner`` and ``builder`` among rounds); tests
+    give a fake one.
+    """
+
+    def __init__(self, tasks: list, records=None, tuner: str = "xgb", round_trials: int = 8, patience: int = 32,
+                 seed: int = 0, runner=None, builder=None, alpha: float = 0.2,
+                 tune_round: Callable | None = None):
+        if not tasks:
+            raise AttrError("got no tasks, expected the tasks of a model (kiln.autotune.extract)", op="tune",
+                            arg="tasks")
+        if round_trials < 1 or patience < 1:
+            raise AttrError(f"got round_trials={round_trials}, patience={patience}, expected positive numbers",
+                            op="tune", arg="round_trials")
+        self.tasks, self.tuner, self.seed = list(tasks), tuner, seed
+        self.records = Path(records) if records else rec.default_path()
+        self.round_trials, self.patience, self.alpha = round_trials, patience, alpha
+        self.runner, self.builder = runner, builder
+        self.tune_round = tune_round or self._tune_round
+
+    def run(self, trials: int | None = None, budget_s: float | None = None, resume: bool = False,
+            callback: Callable[[Schedule], None] | None = None) -> Schedule:
+        """Tune until ``trials`` records of the model's tasks exist (resumed
+        ones count) or ``budget_s`` seconds have passed, whichever is first
+        (at least one of them); ``resume`` continues from the records."""
+        if trials is None and budget_s is None:
+            raise AttrError("got neither a trial count nor a time budget, expected one", op="tune", arg="trials")
+        if (trials is not None and trials < 1) or (budget_s is not None and budget_s <= 0):
+            raise AttrError(f"got trials={trials}, budget_s={budget_s}, expected positive numbers", op="tune",
+                            arg="trials")
+        plan = Schedule([TaskState(t) for t in self.tasks], budget_s=budget_s, trial_budget=trials)
+        if resume:
+            for state in plan.states:
+                self._absorb(state, rec.load(self.records, state.model_task.task.key), measured=0, seconds=0.0)
+            plan.trials = sum(s.trials for s in plan.states)
+        while True:
+            state = self._pick(plan)
+            if state is None:
+                break
+            n = self._round_size(plan, state)
+            if n < 1:
+                break
+            plan.current = state
+            start, before = time.monotonic(), state.trials
+            found = self.tune_round(state.model_task.task, n)
+            self._absorb(state, found, measured=n, seconds=time.monotonic() - start)
+            plan.measured += state.trials - before
+            plan.trials += state.trials - before
+            plan.rounds += 1
+            if callback:
+                callback(plan)
+        plan.current = None
+        return plan
+
+    # -- choosing ------------------------------------------------------------------------
+    def _pick(self, plan: Schedule) -> TaskState | None:
+        """Untried tasks first (largest weight first), then the largest expected gain per trial."""
+        open_ = [s for s in plan.states if not s.stopped]
+        if not open_:
+            return None
+        untried = [s for s in open_ if not s.history]
+        if untried:
+            return max(untried, key=lambda s: s.calls * _weight(s.model_task.task))
+        return max(open_, key=self.gain)
+
+    def gain(self, state: TaskState) -> float:
+        """Expected decrease of the model's time per trial spent on ``state``."""
+        if state.best_s == math.inf:
+            return 0.0
+        past = state.history[-4] if len(state.history) >= 4 else (0, state.default_s)
+        span = max(state.trials - past[0], 1)
+        backward = max(0.0, (past[1] - state.best_s) / span) if past[1] < math.inf else 0.0
+        forward = state.best_s / max(state.trials, 1)
+        return state.calls * (self.alpha * backward + (1 - self.alpha) * forward)
+
+    def _round_size(self, plan: Schedule, state: TaskState) -> int:
+        n = self.round_trials
+        if plan.trial_budget is not None:
+            n = min(n, plan.trial_budget - plan.trials)
+        if plan.budget_s is not None:
+            per_trial = state.per_trial_s or _mean_per_trial(plan) or FIRST_GUESS_S
+            n = min(n, int((plan.budget_s - plan.elapsed) / per_trial))
+        return n
+
+    # -- bookkeeping ---------------------------------------------------------------------
+    def _absorb(self, state: TaskState, found: list, measured: int, seconds: float) -> None:
+        """Update ``state`` from all of its task's records after a round of ``measured`` trials."""
+        ok = [r for r in found if rec.is_ok(r)]
+        best = min((r["result"]["median_s"] for r in ok), default=math.inf)
+        new = len(found) - state.trials
+        if state.default_s == math.inf and ok:
+            state.default_s = ok[0]["result"]["median_s"]  # a task's first record is its default config
+        state.since_best = 0 if best < state.best_s else state.since_best + max(new, 0)
+        state.best_s = min(best, state.best_s)
+        state.trials = len(found)
+        if measured:
+            state.per_trial_s = seconds / max(new, 1)
+            state.history.append((state.trials, state.best_s))
+            if new < measured:
+                state.stopped = "space exhausted"
+        if state.since_best >= self.patience:
+            state.stopped = f"no faster config in {state.since_best} trials"
+
+    def _tune_round(self, task, n: int) -> list:
+        from .tune import tune
+
+        result = tune(task, trials=10 ** 9, new_trials=n, tuner=self.tuner, records=self.records, resume=True,
+                      runner=self.runner, builder=self.builder, batch_size=n, seed=self.seed)
+        return result.records
+
+
+def _weight(task) -> float:
+    """A rough guess of a task's seconds before it is measured: its
+    multiply-adds at 100 GFLOPS or its bytes at 20 GB/s, whichever is more."""
+    return max(task.flops / 100e9, task.bytes / 20e9)
+
+
+def _mean_per_trial(plan: Schedule) -> float:
+    timed = [s.per_trial_s for s in plan.states if s.per_trial_s]
+    return sum(timed) / len(timed) if timed else 0.0

@@ -1,0 +1,124 @@
+"""``kiln tune --model``: tune every kernel a model runs, under one budget.
+
+    kiln tune --model cnn --budget 10m [--batch-size 16] [--training]
+    kiln tune --model model.npz --trials 300 --resume
+
+The model is a zoo name (built for the digits images, 1x8x8) or a checkpoint
+written by ``kiln train --save``. Its kernels are extracted
+(``kiln.autotune.extract``) and tuned by the task scheduler; a line per round
+shows the task tuned and the model's estimated time. It ends with the model
+measured for real, untuned against tuned: exported and run by a
+``Predictor`` at the batch size, or with ``--training`` one compiled
+training step. ``kiln export`` and ``kiln train`` use the records from then on.
+"""
+from __future__ import annotations
+
+import json
+import math
+import re
+import sys
+
+import numpy as np
+
+from ..errors import AttrError
+
+#: the input of a zoo model tuned by name: one digits image
+ZOO_SHAPE = (1, 8, 8)
+_DURATION = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*([smh]?)\s*$")
+
+
+def duration(text: str) -> float:
+    """``90``, ``90s``, ``10m`` or ``1.5h`` as seconds (argparse ``type=``)."""
+    import argparse
+
+    found = _DURATION.match(text)
+    value = float(found.group(1)) * {"": 1, "s": 1, "m": 60, "h": 3600}[found.group(2)] if found else 0.0
+    if not found or not 0 < value <= 7 * 86400:
+        raise argparse.ArgumentTypeError(f"got {text!r}, expected a duration such as 600, 90s, 10m or 1.5h "
+                                         "(at most a week)")
+    return value
+
+
+def load_model(name: str):
+    """``(model, input shape without the batch)`` of a zoo name or a checkpoint path."""
+    from ..nn.train import MODELS, build_model
+
+    if name in MODELS:
+        return build_model(name, ZOO_SHAPE, classes=10), ZOO_SHAPE
+    if not name.endswith(".npz"):
+        raise AttrError(f"got {name!r}, expected a zoo model ({', '.join(MODELS)}) or a checkpoint MODEL.npz "
+                        "written by kiln train --save", op="tune", arg="--model")
+    from ..nn.checkpoint import load_checkpoint
+
+    model, spec = load_checkpoint(name)
+    return model, tuple(spec["in_shape"])
+
+
+def run(args) -> int:
+    from ..autotune import LocalRunner
+    from ..autotune.model import model_times, tune_model
+
+    if args.op is not None or args.shape is not None:
+        raise AttrError("got an op with --model, expected one or the other", op="tune", arg="--model")
+    if args.trials is None and args.budget is None:
+        raise AttrError("got neither --trials nor --budget, expected the budget of the model's tuning "
+                        "(e.g. --budget 10m)", op="tune", arg="--budget")
+    if args.rpc:
+        raise AttrError("got --rpc with --model, expected local measurement (tune a model's tasks over RPC one "
+                        "op at a time)", op="tune", arg="--rpc")
+    model, shape = load_model(args.model)
+    example = np.zeros((args.batch_size, *shape), "float32")
+    runner = LocalRunner(timeout=args.timeout)
+    line = None if args.json else _progress
+    try:
+        plan = tune_model(model, example, training=args.training, trials=args.trials, budget_s=args.budget,
+                          records=args.records, resume=args.resume, tuner=args.tuner, seed=args.seed,
+                          runner=runner, callback=line, target=args.target, round_trials=args.batch,
+                          patience=args.early_stopping or 32)
+    finally:
+        runner.close()
+    print("measuring the model untuned and tuned...", file=sys.stderr, flush=True)
+    times = model_times(model, example, training=args.training, target=args.target)
+    summary = _summary(args, plan, times)
+    print(json.dumps(summary) if args.json else _table(summary))
+    return 0
+
+
+def _progress(plan) -> None:
+    state = plan.current
+    budget = f"/{_clock(plan.budget_s)}" if plan.budget_s else ""
+    trials = f"/{plan.trial_budget}" if plan.trial_budget else ""
+    best = f"{state.best_s * 1e3:.4f} ms" if state.best_s < math.inf else "-"
+    print(f"[{plan.trials:>5}{trials} trials  {_clock(plan.elapsed)}{budget}] {state.model_task.name} x{state.calls}: "
+          f"best {best}  model est. {plan.estimate_s() * 1e3:.4f} ms (untuned {plan.estimate_s(True) * 1e3:.4f})",
+          file=sys.stderr, flush=True)
+
+
+def _clock(seconds: float) -> str:
+    m, s = divmod(int(seconds), 60)
+    return f"{m}:{s:02d}"
+
+
+def _summary(args, plan, times: dict) -> dict:
+    tasks = [{"task": s.model_task.name, "calls": s.calls, "trials": s.trials, "stopped": s.stopped or None,
+              "default_ms": s.default_s * 1e3 if s.default_s < math.inf else None,
+              "best_ms": s.best_s * 1e3 if s.best_s < math.inf else None} for s in plan.states]
+    return {"model": args.model, "batch": args.batch_size, "training": args.training, "trials": plan.trials,
+            "measured_now": plan.measured, "rounds": plan.rounds, "elapsed_s": round(plan.elapsed, 1),
+            "estimate_untuned_ms": plan.estimate_s(True) * 1e3, "estimate_tuned_ms": plan.estimate_s() * 1e3,
+            "untuned_ms": times["untuned_s"] * 1e3, "tuned_ms": times["tuned_s"] * 1e3,
+            "speedup": times["untuned_s"] / times["tuned_s"], "tasks": tasks}
+
+
+def _table(s: dict) -> str:
+    width = max(len("task"), *(len(t["task"]) for t in s["tasks"]))
+    lines = [f"{s['model']} ({'training step' if s['training'] else 'inference'}, batch {s['batch']}): "
+             f"{s['trials']} trials ({s['measured_now']} measured now) in {s['elapsed_s']:.0f} s",
+             f"  {'task':<{width}}  calls  trials  default ms    best ms"]
+    for t in s["tasks"]:
+        shown = [f"{t[k]:10.4f}" if t[k] is not None else f"{'-':>10}" for k in ("default_ms", "best_ms")]
+        lines.append(f"  {t['task']:<{width}}  {t['calls']:>5}  {t['trials']:>6}  {shown[0]} {shown[1]}")
+    lines.append(f"  kernels (calls x time): {s['estimate_untuned_ms']:.4f} -> {s['estimate_tuned_ms']:.4f} ms")
+    lines.append(f"  the model, measured:    {s['untuned_ms']:.4f} -> {s['tuned_ms']:.4f} ms "
+                 f"({s['speedup']:.2f}x)")
+    return "\n".join(lines)
