@@ -3,9 +3,18 @@
 >>> task = kiln.autotune.Task.create("matmul", [(512, 512), (512, 512)])
 >>> result = kiln.autotune.tune(task, trials=32, tuner="xgb")
 >>> kiln.autotune.best(task)            # the best record, used by kiln.build
+
+A whole model: ``extract`` its kernels, ``tune_model`` them under one budget
+(``TaskScheduler``), then ``kiln.export``/``kiln.compile`` build it tuned;
+``model_times`` measures it untuned against tuned.
+
+>>> plan = kiln.autotune.tune_model(model, np.zeros((16, 1, 8, 8), "float32"), budget_s=600)
 """
 from . import records as _records
+from .extract import ModelTask, extract
+from .model import model_times, tune_model
 from .runners import Builder, LocalRunner, RPCRunner
+from .scheduler import Schedule, TaskScheduler
 from .space import Space
 from .task import Task
 from .tune import TuneResult, tune
@@ -27,5 +36,6 @@ def apply_records(path) -> None:
     _records.apply(path)
 
 
-__all__ = ["Task", "Space", "tune", "TuneResult", "Builder", "LocalRunner", "RPCRunner", "TUNERS", "RandomTuner",
+__all__ = ["Task", "Space", "tune", "TuneResult", "extract", "ModelTask", "TaskScheduler", "Schedule", "tune_model",
+           "model_times", "Builder", "LocalRunner", "RPCRunner", "TUNERS", "RandomTuner",
            "GridTuner", "XGBTuner", "load_records", "best", "apply_records"]

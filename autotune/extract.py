@@ -70,10 +70,24 @@ def extract(model, example, training: bool = False, target=None, optimizer=None,
     found: dict[str, tuple] = {}
     for node in kernel_nodes(graph):
         workload = node_workload(node)
+        if not node.epilogue and _moves_no_data(workload):
+            continue
         task, calls, names = found.get(workload.key, (None, 0, ()))
         found[workload.key] = (task or Task.of(workload, target), calls + 1, names + (node.name,))
     order = sorted(enumerate(found.values()), key=lambda item: (-item[1][1], item[0]))
     return [ModelTask(task, calls, names) for _, (task, calls, names) in order]
+
+
+def _moves_no_data(workload) -> bool:
+    """Whether the workload only reinterprets its input's memory (a layout
+    change that is a reshape, such as a channel-blocked 1x1 map): the
+    compiler turns its kernel into a view, so there is nothing to tune."""
+    from tvm import relax, te
+
+    from ..runtime.lower import declare
+
+    inputs, outs = declare(workload)
+    return len(inputs) == 1 and bool(relax.analysis.has_reshape_pattern(te.create_prim_func(inputs + outs)))
 
 
 def _training_graph(model, example, target, optimizer, loss_fn, labels):

@@ -165,8 +165,14 @@ class TaskScheduler:
         if plan.trial_budget is not None:
             n = min(n, plan.trial_budget - plan.trials)
         if plan.budget_s is not None:
-            per_trial = state.per_trial_s or _mean_per_trial(plan) or FIRST_GUESS_S
-            n = min(n, int((plan.budget_s - plan.elapsed) / per_trial))
+            left = plan.budget_s - plan.elapsed
+            per_trial = state.per_trial_s or _mean_per_trial(plan)
+            if per_trial:
+                n = min(n, int(left / per_trial))
+            elif left > 0:  # nothing timed yet: a short first round
+                n = max(1, min(n, int(left / FIRST_GUESS_S)))
+            else:
+                n = 0
         return n
 
     # -- bookkeeping ---------------------------------------------------------------------

@@ -1,0 +1,218 @@
+"""Model-level tuning: task extraction, the task scheduler, resuming, budgets,
+and tuned records reaching exported models and compiled training steps."""
+import os
+import signal
+import subprocess
+import sys
+import time
+from collections import Counter
+
+import numpy as np
+import pytest
+import tvm
+from tvm import relax
+
+import kiln
+from kiln import nn
+from kiln.autotune import LocalRunner, Task, TaskScheduler, apply_records, extract, records, tune_model
+from kiln.autotune.extract import ModelTask
+from kiln.errors import AttrError, ExportError, ShapeError
+from kiln.graph.export import export, inference_graph, tuned_batches
+from kiln.graph.lower import kernel_nodes, node_workload
+from kiln.graph.step import graph_key
+from kiln.nn.train import build_model
+from kiln.runtime import Predictor
+from kiln.runtime.build import untuned
+from kiln.runtime.device import as_target
+
+ZOO = ("mlp", "cnn", "resnet")
+
+
+def _called_kernels(vm, module, entry: str, args, suffix: str = "") -> Counter:
+    """How often one call of ``entry`` launches each kernel, named as its
+    graph node (the entry's suffix and the kernel's index dropped)."""
+    module = getattr(module, "mod", module)  # an executable, or the library it was loaded as
+    library = next(m for m in module.imports if m.kind == "library")
+    called = Counter()
+
+    def instrument(func, symbol, before, ret, *rest):  # noqa: ARG001 - the hook's fixed signature
+        if before and library.implements_function(symbol):
+            called[_node_name(symbol, suffix)] += 1
+        return 0
+
+    vm.set_instrument(instrument)
+    vm[entry](*args)
+    return called
+
+
+def _node_name(symbol: str, suffix: str = "") -> str:
+    base = symbol[:-len(suffix)] if suffix else symbol
+    return base.rsplit("_", 1)[0]  # the kernel index
+
+
+@pytest.mark.parametrize("name", ZOO)
+def test_extract_finds_every_kernel_an_export_runs(name, tmp_path):
+    model = build_model(name, (1, 8, 8), 10)
+    x = np.random.default_rng(0).random((4, 1, 8, 8), dtype=np.float32)
+    tasks = extract(model, x)
+    expected = Counter()
+    for t in tasks:
+        expected.update(t.kernels)
+        assert t.calls == len(t.kernels) and t.task.shapes[0][0] == 4
+    predictor = Predictor(export(model, x, tmp_path / "m.so", batches=[4]))
+    vm = relax.VirtualMachine(predictor._lib, tvm.cpu())
+    assert _called_kernels(vm, predictor._lib, "main_b4", [tvm.runtime.tensor(x)], "_b4") == expected
+    assert len({t.task.key for t in tasks}) == len(tasks)  # one task per distinct workload
+
+
+@pytest.mark.parametrize("name", ZOO)
+def test_extract_training_finds_every_kernel_a_compiled_step_runs(name):
+    model = build_model(name, (1, 8, 8), 10)
+    x = np.random.default_rng(0).random((8, 1, 8, 8), dtype=np.float32)
+    y = np.arange(8, dtype="int32") % 10
+    before = model.state_dict()
+    tasks = extract(model, x, training=True, labels=y)
+    after = model.state_dict()
+    assert all(np.array_equal(before[k], after[k]) for k in before)  # the traced step was undone
+    ops = {t.task.op.name for t in tasks}
+    assert {"dense", "softmax_cross_entropy", "adam_step"} <= ops
+    if name != "mlp":
+        assert {"conv2d", "conv2d_backward_weight"} <= ops
+    loss_fn, opt = nn.SoftmaxLoss(), nn.optim.Adam(model.parameters())
+    step = kiln.compile(lambda a, b: loss_fn(model(a), b), opt)
+    step(nn.Tensor(x), nn.Tensor(y))
+    (module,) = [s for s in step._steps.values()]
+    held, vm = module._keep
+    library = next(m for m in getattr(held.module, "mod", held.module).imports if m.kind == "library")
+    called = Counter()
+
+    def instrument(func, symbol, before_, ret, *rest):  # noqa: ARG001 - the hook's fixed signature
+        if before_ and library.implements_function(symbol):
+            called[_node_name(symbol)] += 1
+        return 0
+
+    vm.set_instrument(instrument)  # the step's function runs on this VM
+    step(nn.Tensor(x), nn.Tensor(y)).numpy()
+    expected = Counter()
+    for t in tasks:
+        expected.update(t.kernels)
+    assert called == expected
+
+
+def test_extract_rejects_bad_input():
+    model = build_model("mlp", (1, 8, 8), 10)
+    with pytest.raises(ShapeError, match="extract"):
+        extract(model, np.float32(1.0))
+    with pytest.raises(AttrError, match="kiln.nn.Module"):
+        extract(lambda v: v, np.zeros((2, 3), "float32"), training=True)
+
+
+def _fake(tasks_seconds: dict, log: list, per_trial_s: float = 0.0):
+    """A tune_round whose configs get faster with trials: task -> seconds of its default."""
+    made: dict = {}
+
+    def tune_round(task, n):
+        found = made.setdefault(task.key, [])
+        for _ in range(n):
+            k = len(found)
+            seconds = tasks_seconds[task.key] / (1 + 0.2 * k)
+            found.append(records.make_record(task.json, {"k": k}, result={"median_s": seconds, "costs": [seconds]}))
+            log.append(task.key)
+        time.sleep(per_trial_s * n)
+        return list(found)
+    return tune_round
+
+
+def _two_tasks():
+    big = Task.create("matmul", [(64, 64), (64, 64)])
+    small = Task.create("matmul", [(8, 8), (8, 8)])
+    return [ModelTask(big, 10, ("matmul",) * 10), ModelTask(small, 1, ("matmul",))], big, small
+
+
+def test_scheduler_spends_its_trials_where_the_model_gains_most():
+    tasks, big, small = _two_tasks()
+    log = []
+    seconds = {big.key: 1e-3, small.key: 1e-5}
+    plan = TaskScheduler(tasks, round_trials=4, tune_round=_fake(seconds, log)).run(trials=80)
+    count = Counter(log)
+    assert plan.trials == 80 == sum(count.values())
+    assert count[small.key] >= 4 and count[big.key] > 5 * count[small.key]  # each tried, the heavy one most
+    assert plan.estimate_s() < plan.estimate_s(default=True)
+
+
+def test_scheduler_stops_tasks_that_stop_improving_and_honours_budgets():
+    tasks, big, small = _two_tasks()
+    flat = {}
+
+    def tune_round(task, n):
+        found = flat.setdefault(task.key, [])
+        found += [records.make_record(task.json, {"k": len(found) + i}, result={"median_s": 1e-3, "costs": [1e-3]})
+                  for i in range(n)]
+        return list(found)
+    plan = TaskScheduler(tasks, round_trials=4, patience=8, tune_round=tune_round).run(trials=1000)
+    assert all(s.stopped.startswith("no faster config") for s in plan.states) and plan.trials < 40
+    for budget in (0.6, 1.5):  # seconds; rounds of 4 trials at 20 ms per trial
+        start = time.monotonic()
+        TaskScheduler(tasks, round_trials=4, tune_round=_fake({big.key: 1e-3, small.key: 1e-5}, [],
+                                                               per_trial_s=0.02)).run(budget_s=budget)
+        assert 0.9 * budget <= time.monotonic() - start <= 1.1 * budget
+    with pytest.raises(AttrError, match="neither"):
+        TaskScheduler(tasks).run()
+    with pytest.raises(AttrError, match="no tasks"):
+        TaskScheduler([])
+
+
+def test_a_killed_model_tune_resumes_without_remeasuring(tmp_path):
+    path = tmp_path / "records.jsonl"
+    cmd = [sys.executable, "-m", "kiln", "tune", "--model", "mlp", "--trials", "12", "--batch", "4",
+           "--batch-size", "2", "--records", str(path)]
+    proc = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    deadline = time.monotonic() + 240
+    while time.monotonic() < deadline and proc.poll() is None:
+        if path.exists() and len(records.load(path)) >= 4:
+            break
+        time.sleep(0.2)
+    os.kill(proc.pid, signal.SIGKILL)
+    proc.wait()
+    before = records.load(path)
+    assert 4 <= len(before) < 12, "the first round should be written before the kill"
+    runner = LocalRunner(repeat=3, min_repeat_ms=5)
+    try:
+        plan = tune_model(build_model("mlp", (1, 8, 8), 10), np.zeros((2, 1, 8, 8), "float32"), trials=12,
+                          records=path, resume=True, runner=runner, round_trials=4)
+    finally:
+        runner.close()
+    after = records.load(path)
+    assert len(after) == 12 and plan.measured == 12 - len(before) and after[:len(before)] == before
+    measured = [(r["task_key"], kiln.schedules.config_key(r["config"])) for r in after]
+    assert len(set(measured)) == len(measured)  # nothing measured twice
+
+
+def test_tuned_records_reach_the_export_and_the_compiled_step(tmp_path, monkeypatch):
+    monkeypatch.setattr(records, "_applied", [])
+    model = nn.Sequential(nn.Linear(24, 40), nn.ReLU(), nn.Linear(40, 10))
+    x = np.random.default_rng(1).random((6, 24), dtype=np.float32)
+    target = as_target(None)
+    (first, *_), = [extract(model, x)]
+    config = dict(kiln.autotune.Space(first.task).default, tile_m=2)
+    path = tmp_path / "records.jsonl"
+    records.append(path, [records.make_record(first.task.json, config,
+                                              result={"median_s": 1e-6, "costs": [1e-6]})])
+    graph = inference_graph(model, x, target)
+    assert tuned_batches(graph, target) == []
+    apply_records(path)
+    assert tuned_batches(graph, target) == [6]
+    predictor = Predictor(export(model, x, tmp_path / "m.so"))
+    assert predictor.meta["entries"][0] == {"name": "main_b6", "batch": 6}
+    reference = model(nn.Tensor(x)).numpy()
+    np.testing.assert_allclose(predictor(x), reference, rtol=1e-5, atol=1e-6)
+    with untuned():
+        plain = Predictor(export(model, x, tmp_path / "plain.so"))
+    assert "main_b6" not in [e["name"] for e in plain.meta["entries"]]
+    with pytest.raises(ExportError, match="batches"):
+        export(model, x, tmp_path / "bad.so", batches=[0])
+    static = graph.specialized(6)
+    tuned_key = graph_key(static, target)
+    assert node_workload(kernel_nodes(static)[0]).key == first.task.workload.key
+    with untuned():
+        assert graph_key(static, target) != tuned_key  # a new record makes a new compiled step
