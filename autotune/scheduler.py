@@ -15,8 +15,8 @@ the records are the whole state: a run killed at any point resumes from them
 (``resume=True``) without re-measuring, and each round's xgb model starts
 from its task's records and those of the other tasks of the same op
 (``transfer``: shapes teach each other). A trial budget counts the records
-a resumed run finds; a time budget (seconds) counts this run, and a round
-is shortened to fit what is left of it, from its task's seconds per trial.
+a resumed run finds; a time budget (seconds) counts this run, which ends
+when the next round is not expected to fit in what is left of it.
 """
 from __future__ import annotations
 
@@ -30,10 +30,6 @@ from ..errors import AttrError
 from . import records as rec
 from .extract import ModelTask
 
-#: seconds per trial assumed for a task before any of its rounds is timed
-FIRST_GUESS_S = 1.0
-
-
 @dataclass
 class TaskState:
     """One task's tuning so far: ``trials`` records, ``best_s`` (median
@@ -46,7 +42,7 @@ class TaskState:
     default_s: float = math.inf
     since_best: int = 0
     stopped: str = ""         # why it gets no more rounds ("" while it may)
-    per_trial_s: float = 0.0  # wall seconds per trial of its last round
+    round_s: float = 0.0      # wall seconds of its last round
     history: list = field(default_factory=list)
 
     @property
@@ -161,17 +157,17 @@ class TaskScheduler:
         return state.calls * (self.alpha * backward + (1 - self.alpha) * forward)
 
     def _round_size(self, plan: Schedule, state: TaskState) -> int:
+        """The next round's trials: ``round_trials`` within the trial budget;
+        none when the time left is less than the round is expected to take
+        (its task's last round, else the mean round of the others), so a
+        run ends before its budget rather than after it."""
         n = self.round_trials
         if plan.trial_budget is not None:
             n = min(n, plan.trial_budget - plan.trials)
-        if plan.budget_s is not None:
-            left = plan.budget_s - plan.elapsed
-            per_trial = state.per_trial_s or _mean_per_trial(plan)
-            if per_trial:
-                n = min(n, int(left / per_trial))
-            elif left > 0:  # nothing timed yet: a short first round
-                n = max(1, min(n, int(left / FIRST_GUESS_S)))
-            else:
+        if plan.budget_s is not None and n > 0:
+            rounds = [s.round_s for s in plan.states if s.round_s]
+            expected = state.round_s or (sum(rounds) / len(rounds) if rounds else 0.0)
+            if plan.elapsed + expected > plan.budget_s:
                 n = 0
         return n
 
@@ -187,7 +183,7 @@ class TaskScheduler:
         state.best_s = min(best, state.best_s)
         state.trials = len(found)
         if measured:
-            state.per_trial_s = seconds / max(new, 1)
+            state.round_s = seconds
             state.history.append((state.trials, state.best_s))
             if new < measured:
                 state.stopped = "space exhausted"
@@ -206,8 +202,3 @@ def _weight(task) -> float:
     """A rough guess of a task's seconds before it is measured: its
     multiply-adds at 100 GFLOPS or its bytes at 20 GB/s, whichever is more."""
     return max(task.flops / 100e9, task.bytes / 20e9)
-
-
-def _mean_per_trial(plan: Schedule) -> float:
-    timed = [s.per_trial_s for s in plan.states if s.per_trial_s]
-    return sum(timed) / len(timed) if timed else 0.0
