@@ -111,6 +111,7 @@ class TaskScheduler:
         if (trials is not None and trials < 1) or (budget_s is not None and budget_s <= 0):
             raise AttrError(f"got trials={trials}, budget_s={budget_s}, expected positive numbers", op="tune",
                             arg="trials")
+        rec.prepare(self.records)  # an unwritable records file is said before the first round
         plan = Schedule([TaskState(t) for t in self.tasks], budget_s=budget_s, trial_budget=trials)
         if resume:
             for state in plan.states:

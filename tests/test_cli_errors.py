@@ -44,6 +44,15 @@ def test_argparse_errors_read_like_kiln_errors(capsys):
     (["tune", "relu", "--shape", "64", "--rpc", "127.0.0.1:70000", "--key", "board"], "HOST:PORT"),
     (["tune", "matmul", "--shape", "0x4x4"], "no elements"),
     (["tune", "relu", "--shape", "64", "--plot", "curves.txt"], ".png"),
+    (["tune", "--model", "cnn"], "--budget"),
+    (["tune", "--model", "vgg", "--trials", "8"], "zoo model"),
+    (["tune", "--model", "missing.npz", "--trials", "8"], "missing.npz"),
+    (["tune", "--model", "cnn", "--budget", "10 minutes"], "argument --budget"),
+    (["tune", "--model", "cnn", "--budget", "0s"], "argument --budget"),
+    (["tune", "--model", "cnn", "--trials", "8", "--plot", "c.png"], "--plot"),
+    (["tune", "relu", "--shape", "64", "--model", "cnn", "--trials", "8"], "one or the other"),
+    (["tune", "relu", "--shape", "64", "--budget", "10m"], "without --model"),
+    (["tune", "relu", "--shape", "64", "--training"], "without --model"),
     (["show", "relu", "--shape", "99999999999999999999"], "int64"),
     (["show", "relu", "--shape", "4000000000x4000000000x4000000000"], "int64"),
     (["show", "relu", "--shape", "-4"], "non-negative"),
@@ -59,6 +68,7 @@ def test_tune_for_cuda_without_a_gpu_is_refused_before_building(capsys):
 
 def test_tune_checks_output_paths_before_measuring(capsys, tmp_path):
     cli_error(capsys, ["tune", "relu", "--shape", "64", "--records", str(tmp_path)], "is a directory")
+    cli_error(capsys, ["tune", "--model", "mlp", "--trials", "4", "--records", str(tmp_path)], "is a directory")
     blocker = tmp_path / "file"
     blocker.write_text("")
     cli_error(capsys, ["tune", "relu", "--shape", "64", "--records", str(blocker / "r.jsonl")], "cannot write")
