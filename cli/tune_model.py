@@ -55,7 +55,7 @@ def load_model(name: str):
 
 
 def run(args) -> int:
-    from ..autotune import LocalRunner
+    from ..autotune import LocalRunner, apply_records
     from ..autotune.model import model_times, tune_model
 
     if args.op is not None or args.shape is not None:
@@ -77,6 +77,8 @@ def run(args) -> int:
                           patience=args.early_stopping or 32)
     finally:
         runner.close()
+    if args.records:
+        apply_records(args.records)  # the tuned model is built from them (kiln's default file is always read)
     print("measuring the model untuned and tuned...", file=sys.stderr, flush=True)
     times = model_times(model, example, training=args.training, target=args.target)
     summary = _summary(args, plan, times)
