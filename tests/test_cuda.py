@@ -31,6 +31,7 @@ WORKLOADS = [
     Case("sgd_momentum_step", [(33, 17)] * 3 + [(5,)], attrs={"nesterov": True}),
     Case("conv2d_backward_data", [(2, 5, 5, 6), (5, 3, 3, 3)], attrs={"in_size": (9, 11), "padding": 1, "stride": 2}),
     Case("conv2d_backward_weight", [(2, 3, 9, 11), (2, 5, 5, 6)], attrs={"kernel": 3, "padding": 1, "stride": 2}),
+    Case("conv2d_backward_weight", [(2, 8, 7, 7), (2, 16, 7, 7)], attrs={"kernel": 3, "padding": 2, "dilation": 2}),
     Case("batch_norm_train", [(6, 3, 4, 5), (3,), (3,)]),
 ]
 SM80 = kiln.cuda("sm_80")
@@ -95,11 +96,11 @@ def test_configs_over_the_limits_are_rejected_before_compiling():
 
 def test_tvm_verification_agrees_with_the_limits(monkeypatch):
     task = Task.create("matmul", [(512, 512), (512, 512)], target=SM80)
-    assert check._tvm_verifies(task.lower({}).sch.mod, SM80)
+    assert check._tvm_verifies(task.lower({}).sch.mod, SM80, "matmul")
     monkeypatch.setattr("kiln.runtime.lower.check_resources", lambda *args: None)  # lower it unchecked
     over = task.lower({"threads_m": 32, "threads_n": 32, "tile_m": 8, "tile_n": 8, "tile_k": 32}).sch.mod
     assert check.resources(over)[0].shared_bytes == 64 * 1024
-    assert not check._tvm_verifies(over, SM80)
+    assert not check._tvm_verifies(over, SM80, "matmul")
 
 
 def test_traffic_model_matches_the_lecture_formulas():

@@ -1,3 +1,3 @@
 """CUDA schedule templates (registered before the CUDA fallback) and the
 checks that run them without a GPU (``check.py``)."""
-from . import conv2d, matmul, optim, reduction  # noqa: F401
+from . import conv2d, conv2d_grad, matmul, optim, reduction  # noqa: F401

@@ -43,7 +43,7 @@ import tvm_ffi
 from tvm import tirx
 from tvm.s_tir.stmt import SBlock, SBlockRealize
 
-from ...errors import BuildError, ScheduleError
+from ...errors import BuildError, ScheduleError, tvm_message
 
 #: per-block limits on every architecture kiln targets (sm_70 .. sm_90)
 MAX_THREADS = 1024
@@ -154,22 +154,26 @@ def check_resources(mod, target, op: str) -> list[Kernel]:
         if k.registers > MAX_REGISTERS:
             raise ScheduleError(f"{where} needs about {k.registers} registers per thread, expected at most "
                                 f"{MAX_REGISTERS}", op=op, arg="config")
-    if not _tvm_verifies(mod, target):
+    if not _tvm_verifies(mod, target, op):
         raise ScheduleError("TVM's GPU verification rejects the schedule (threads, shared memory or vector width "
                             "over the device limits)", op=op, arg="config")
     return kernels
 
 
-def _tvm_verifies(mod, target) -> bool:
+def _tvm_verifies(mod, target, op: str) -> bool:
     """TVM's ``verify_gpu_code`` on the program lowered as far as MetaSchedule's
     ``VerifyGPUCode`` lowers it (threads, shared memory, vector width)."""
     st, tt = tvm.s_tir.transform, tvm.tirx.transform
-    lowered = tvm.transform.Sequential([
+    passes = tvm.transform.Sequential([
         st.LowerCrossThreadReduction(), st.LowerInitBlock(), st.PlanAndUpdateBufferAllocationLocation(),
         st.ConvertBlocksToOpaque(), st.ManifestSharedMemoryLocalStage(), st.CompactBufferAllocation(),
         st.LowerMatchBuffer(), st.InjectSoftwarePipeline(), st.LowerOpaqueBlock(), tt.FlattenBuffer(),
         tt.NarrowDataType(32), tt.StmtSimplify(), tt.VectorizeLoop(True), st.InjectVirtualThread(),
-        tt.StorageRewrite(), st.MergeSharedMemoryAllocations()])(mod)
+        tt.StorageRewrite(), st.MergeSharedMemoryAllocations()])
+    try:
+        lowered = passes(mod)
+    except Exception as exc:  # noqa: BLE001 - TVM's lowering fails on some schedules (a region it cannot size)
+        raise ScheduleError(f"TVM cannot lower the schedule: {tvm_message(exc, 200)}", op=op, arg="config") from exc
     limits = {"max_shared_memory_per_block": MAX_SHARED, "max_threads_per_block": MAX_THREADS,
               "max_thread_x": MAX_THREADS, "max_thread_y": MAX_THREADS, "max_thread_z": 64, "max_vthread": 8,
               "max_vector_bytes": 16}
