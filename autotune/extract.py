@@ -20,7 +20,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from ..errors import AttrError, ShapeError
-from ..graph.lower import kernel_nodes, node_workload
+from ..graph.lower import entry_configure, kernel_nodes, node_workload, settle, static_config
 from ..runtime.device import as_target
 from .task import Task
 
@@ -28,11 +28,15 @@ from .task import Task
 @dataclass(frozen=True)
 class ModelTask:
     """A tuning task of a model: ``calls`` kernels of its workload run per
-    inference or training step; ``kernels`` names them (op and fused epilogue)."""
+    inference or training step; ``kernels`` names them (op and fused
+    epilogue); ``baseline`` is the config the model runs without tuning (the
+    export's entry for that batch, or a step's threads by work), which
+    tuning measures first and is compared against."""
 
     task: Task
     calls: int
     kernels: tuple
+    baseline: dict = None
 
     @property
     def name(self) -> str:
@@ -63,10 +67,12 @@ def extract(model, example, training: bool = False, target=None, optimizer=None,
     target = as_target(target)
     if training:
         graph = _training_graph(model, example, target, optimizer, loss_fn, labels)
+        configure = static_config
     else:
         from ..graph.export import inference_graph
 
         graph = inference_graph(model, example, target).specialized(int(example.shape[0]))
+        configure = entry_configure(int(example.shape[0]))
     found: dict[str, tuple] = {}
     for node in kernel_nodes(graph):
         workload = node_workload(node)
@@ -75,7 +81,8 @@ def extract(model, example, training: bool = False, target=None, optimizer=None,
         task, calls, names = found.get(workload.key, (None, 0, ()))
         found[workload.key] = (task or Task.of(workload, target), calls + 1, names + (node.name,))
     order = sorted(enumerate(found.values()), key=lambda item: (-item[1][1], item[0]))
-    return [ModelTask(task, calls, names) for _, (task, calls, names) in order]
+    return [ModelTask(task, calls, names, settle(task.workload, configure, task.lower)[1])
+            for _, (task, calls, names) in order]
 
 
 def _moves_no_data(workload) -> bool:

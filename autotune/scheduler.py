@@ -33,7 +33,8 @@ from .extract import ModelTask
 @dataclass
 class TaskState:
     """One task's tuning so far: ``trials`` records, ``best_s`` (median
-    seconds of its fastest config), ``default_s`` (the template default's),
+    seconds of its fastest config), ``default_s`` (its baseline's: the
+    config the model runs untuned, measured first),
     ``history`` of ``(trials, best_s)`` after each round."""
 
     model_task: ModelTask
@@ -80,8 +81,8 @@ class Schedule:
 class TaskScheduler:
     """Tune ``tasks`` (``extract``'s ``ModelTask``s) under one budget; see the module docstring.
 
-    ``tune_round(task, n)`` measures up to ``n`` more configs of a ``Task``
-    and returns all of its records (default: ``tune`` with ``resume=True``
+    ``tune_round(model_task, n)`` measures up to ``n`` more configs of a
+    ``ModelTask`` (its baseline config first) and returns all of its records (default: ``tune`` with ``resume=True``
     on ``records``, sharing ``runner`` and ``builder`` among rounds); tests
     give a fake one.
     """
@@ -126,7 +127,7 @@ class TaskScheduler:
                 break
             plan.current = state
             start, before = time.monotonic(), state.trials
-            found = self.tune_round(state.model_task.task, n)
+            found = self.tune_round(state.model_task, n)
             self._absorb(state, found, measured=n, seconds=time.monotonic() - start)
             plan.measured += state.trials - before
             plan.trials += state.trials - before
@@ -179,7 +180,7 @@ class TaskScheduler:
         best = min((r["result"]["median_s"] for r in ok), default=math.inf)
         new = len(found) - state.trials
         if state.default_s == math.inf and ok:
-            state.default_s = ok[0]["result"]["median_s"]  # a task's first record is its default config
+            state.default_s = ok[0]["result"]["median_s"]  # a task's first record is its baseline
         state.since_best = 0 if best < state.best_s else state.since_best + max(new, 0)
         state.best_s = min(best, state.best_s)
         state.trials = len(found)
@@ -191,10 +192,10 @@ class TaskScheduler:
         if state.since_best >= self.patience:
             state.stopped = f"no faster config in {state.since_best} trials"
 
-    def _tune_round(self, task, n: int) -> list:
+    def _tune_round(self, task: ModelTask, n: int) -> list:
         from .tune import tune
 
-        result = tune(task, trials=10 ** 9, new_trials=n, tuner=self.tuner, records=self.records, resume=True,
+        result = tune(task.task, trials=10 ** 9, new_trials=n, start=task.baseline, tuner=self.tuner, records=self.records, resume=True,
                       runner=self.runner, builder=self.builder, batch_size=n, seed=self.seed)
         return result.records
 

@@ -40,7 +40,7 @@ class Progress:
     resumed: int = 0         # trials read back from the records, not measured by this run
     errors: int = 0
     best_s: float = float("inf")     # median seconds of the fastest config so far
-    default_s: float = float("inf")  # of the template's default config
+    default_s: float = float("inf")  # of the config measured first (the template's default, or the start)
     started: float = field(default_factory=time.monotonic)
 
     @property
@@ -67,7 +67,7 @@ class TuneResult:
     measured: int            # measured in this run
     elapsed_s: float
     tuner: str
-    default_config: dict
+    default_config: dict     # measured first: the template's default, or the start it was given
 
     @property
     def best(self) -> dict | None:
@@ -87,7 +87,7 @@ class TuneResult:
 def tune(task: Task, trials: int = 64, tuner: str = "xgb", records: str | os.PathLike | None = None,
          resume: bool = False, runner=None, builder=None, batch_size: int = 8, early_stopping: int | None = None,
          seed: int = 0, transfer: bool = True, callback: Callable[[Progress], None] | None = None,
-         new_trials: int | None = None, **tuner_options) -> TuneResult:
+         new_trials: int | None = None, start: dict | None = None, **tuner_options) -> TuneResult:
     """Tune ``task`` for ``trials`` measurements; returns the records and the best.
 
     Parameters
@@ -102,6 +102,8 @@ def tune(task: Task, trials: int = 64, tuner: str = "xgb", records: str | os.Pat
     transfer : seed the xgb model with records of other shapes of the same op
     new_trials : measure at most this many in this run, on top of the
         resumed ones (then ``trials`` bounds the total only)
+    start : the config measured first, instead of the template's default
+        (the one a model runs untuned: what tuning is measured against)
     """
     if tuner not in TUNERS:
         raise AttrError(f"got {tuner!r}, expected one of {sorted(TUNERS)}", op="tune", arg="tuner")
@@ -119,6 +121,7 @@ def tune(task: Task, trials: int = 64, tuner: str = "xgb", records: str | os.Pat
     if runner is not None and hasattr(runner, "check"):
         runner.check()
     space = Space(task)
+    first = (space.check(start) if start else None) or dict(space.default)
     options = dict(tuner_options)
     if tuner == "xgb" and transfer:
         options["transfer"] = transfer_rows(task, path)
@@ -141,7 +144,7 @@ def tune(task: Task, trials: int = 64, tuner: str = "xgb", records: str | os.Pat
     try:
         while progress.done < trials:
             n = min(batch_size, trials - progress.done)
-            batch = _with_default(search, space, n) if progress.done == 0 else search.next_batch(n)
+            batch = _with_first(search, first, n) if progress.done == 0 else search.next_batch(n)
             if not batch:
                 break  # the space is exhausted
             batch_records = _measure(task, space, batch, builder, runner, folder, data,
@@ -157,7 +160,7 @@ def tune(task: Task, trials: int = 64, tuner: str = "xgb", records: str | os.Pat
                 progress.best_s, since_best = min(times), 0
             else:
                 since_best += len(batch)
-            if batch[0] == space.default and progress.default_s == float("inf") and rec.is_ok(batch_records[0]):
+            if batch[0] == first and progress.default_s == float("inf") and rec.is_ok(batch_records[0]):
                 progress.default_s = batch_records[0]["result"]["median_s"]
             if callback:
                 callback(progress)
@@ -169,7 +172,7 @@ def tune(task: Task, trials: int = 64, tuner: str = "xgb", records: str | os.Pat
             runner.close()
         if own_builder:
             builder.close()
-    return TuneResult(task, path, prior + session, len(session), progress.elapsed, tuner, dict(space.default))
+    return TuneResult(task, path, prior + session, len(session), progress.elapsed, tuner, first)
 
 
 def _replay(search, space, task, prior) -> None:
@@ -182,9 +185,9 @@ def _replay(search, space, task, prior) -> None:
     search.update(configs, scores)
 
 
-def _with_default(search, space, n):
-    """The first batch starts with the template's default config."""
-    first = [] if config_key(space.default) in search.visited else [dict(space.default)]
+def _with_first(search, config: dict, n):
+    """The first batch starts with ``config`` (the template's default, or the given start)."""
+    first = [] if config_key(config) in search.visited else [dict(config)]
     search.visited.update(config_key(c) for c in first)
     rest = search.next_batch(n - len(first)) if n > len(first) else []
     search.visited.difference_update(config_key(c) for c in first)

@@ -155,6 +155,26 @@ ENTRIES = (("main_small", 8, _few_rows_config), ("main_some", 32, _some_rows_con
            ("main", None, _many_rows_config))
 
 
+def entry_configure(batch: int):
+    """The knob values of the entry serving ``batch`` (``ENTRIES``): what a
+    kernel of a model exported without tuning runs at that batch."""
+    return next(configure for _, limit, configure in ENTRIES if limit is None or batch <= limit)
+
+
+def settle(workload, configure, lower_fn):
+    """``(lowered, config)``: ``configure(knobs, workload)``'s values applied
+    until they hold (a config can bring knobs of its own, a pad stage's);
+    ``lower_fn(config)`` schedules the workload with a config."""
+    lowered, config = lower_fn({}), {}
+    for _ in range(3):
+        wanted = {**config, **configure(lowered.cfg.space, workload)} if configure else {}
+        if wanted == config:
+            break
+        config = wanted
+        lowered = lower_fn(config)
+    return lowered, config
+
+
 def build_module(graph: Graph, meta: dict, target, dynamic_batch: bool = True, batches=()) -> tvm.IRModule:
     """The scheduled module: one Relax function per entry (``ENTRIES`` with a
     dynamic batch, else ``main`` alone), each with its own kernels, and
@@ -165,8 +185,7 @@ def build_module(graph: Graph, meta: dict, target, dynamic_batch: bool = True, b
     take their tuned configs."""
     parts, listed = [], []
     for batch in batches if dynamic_batch else ():
-        configure = next(c for _, limit, c in ENTRIES if limit is None or batch <= limit)
-        parts.append((graph.specialized(batch), f"main_b{batch}", f"_b{batch}", configure))
+        parts.append((graph.specialized(batch), f"main_b{batch}", f"_b{batch}", entry_configure(batch)))
         listed.append({"name": f"main_b{batch}", "batch": batch})
     for name, max_batch, configure in ENTRIES if dynamic_batch else ENTRIES[-1:]:
         parts.append((graph, name, "" if name == "main" else name[4:], configure))
@@ -219,18 +238,16 @@ def schedule_kernels(mod: tvm.IRModule, kernels: dict, target, configure=None) -
         blocks = _block_names(func)
         head = blocks.index(node.op.name) if node.op.name in blocks else len(blocks) - 1 - len(node.epilogue)
         tuned = tuned_of(workload, target)
+
+        def lower_fn(config, func=func, workload=workload, block=blocks[head]):
+            return schedule(workload, func, block, target, config)
         try:
-            lowered, config = schedule(workload, func, blocks[head], target, tuned), tuned
+            lowered = lower_fn(tuned) if tuned else settle(workload, configure, lower_fn)[0]
         except KilnError as exc:  # fits the op alone but not with its epilogue: the defaults serve
+            if not tuned:
+                raise
             warnings.warn(f"kiln: ignoring the tuning record for {node.name}: {exc}", RuntimeWarning, stacklevel=2)
-            tuned = {}
-            lowered, config = schedule(workload, func, blocks[head], target), {}
-        for _ in range(0 if tuned else 3):  # a config can bring knobs of its own (a pad stage's): settle them
-            wanted = {**config, **configure(lowered.cfg.space, workload)} if configure else {}
-            if wanted == config:
-                break
-            config = wanted
-            lowered = schedule(workload, func, blocks[head], target, config)
+            lowered = settle(workload, configure, lower_fn)[0]
         for name in blocks[head + 1:]:
             _inline_epilogue(lowered, name, node)
         mod[gv] = lowered.sch.mod["main"].with_attr("global_symbol", gv.name_hint)

@@ -111,7 +111,8 @@ def _fake(tasks_seconds: dict, log: list, per_trial_s: float = 0.0):
     """A tune_round whose configs get faster with trials: task -> seconds of its default."""
     made: dict = {}
 
-    def tune_round(task, n):
+    def tune_round(model_task, n):
+        task = model_task.task
         found = made.setdefault(task.key, [])
         for _ in range(n):
             k = len(found)
@@ -144,7 +145,8 @@ def test_scheduler_stops_tasks_that_stop_improving_and_honours_budgets():
     tasks, big, small = _two_tasks()
     flat = {}
 
-    def tune_round(task, n):
+    def tune_round(model_task, n):
+        task = model_task.task
         found = flat.setdefault(task.key, [])
         found += [records.make_record(task.json, {"k": len(found) + i}, result={"median_s": 1e-3, "costs": [1e-3]})
                   for i in range(n)]
