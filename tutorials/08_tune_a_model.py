@@ -32,7 +32,7 @@ from kiln.runtime.build import untuned
 
 SMALL = os.environ.get("KILN_TUTORIAL_SMALL") == "1"
 BATCH = 16
-BUDGET_S = 40 if SMALL else 600  # the whole model's tuning, in seconds
+BUDGET_S = 20 if SMALL else 600  # the whole model's tuning, in seconds
 RECORDS = Path("tutorial08_records.jsonl")
 RECORDS.unlink(missing_ok=True)
 
