@@ -11,8 +11,9 @@ to gain more). A task stops after ``patience`` trials without a faster
 config, or when its space runs out.
 
 Every round is a ``tune`` call with ``resume=True`` on one records file, so
-the records are the whole state: a run killed at any point resumes from them
-(``resume=True``) without re-measuring, and each round's xgb model starts
+the records are the whole state: what a run finds there is built on, never
+measured again, and a run killed at any point resumes from them
+(``resume=True`` also counts them among its trials), and each round's xgb model starts
 from its task's records and those of the other tasks of the same op
 (``transfer``: shapes teach each other). A trial budget counts the records
 a resumed run finds; a time budget (seconds) counts this run, which ends
@@ -104,9 +105,10 @@ class TaskScheduler:
 
     def run(self, trials: int | None = None, budget_s: float | None = None, resume: bool = False,
             callback: Callable[[Schedule], None] | None = None) -> Schedule:
-        """Tune until ``trials`` records of the model's tasks exist (resumed
-        ones count) or ``budget_s`` seconds have passed, whichever is first
-        (at least one of them); ``resume`` continues from the records."""
+        """Tune until ``trials`` trials are done or ``budget_s`` seconds have
+        passed, whichever is first (at least one of them). Records the file
+        already holds for the tasks are built on, never measured again;
+        ``resume`` (continuing a killed run) counts them among the trials."""
         if trials is None and budget_s is None:
             raise AttrError("got neither a trial count nor a time budget, expected one", op="tune", arg="trials")
         if (trials is not None and trials < 1) or (budget_s is not None and budget_s <= 0):
@@ -114,10 +116,9 @@ class TaskScheduler:
                             arg="trials")
         rec.prepare(self.records)  # an unwritable records file is said before the first round
         plan = Schedule([TaskState(t) for t in self.tasks], budget_s=budget_s, trial_budget=trials)
-        if resume:
-            for state in plan.states:
-                self._absorb(state, rec.load(self.records, state.model_task.task.key), measured=0, seconds=0.0)
-            plan.trials = sum(s.trials for s in plan.states)
+        for state in plan.states:  # a task's records are never measured again; with resume they count
+            self._absorb(state, rec.load(self.records, state.model_task.task.key), measured=0, seconds=0.0)
+        plan.trials = sum(s.trials for s in plan.states) if resume else 0
         while True:
             state = self._pick(plan)
             if state is None:
