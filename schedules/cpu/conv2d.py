@@ -199,13 +199,37 @@ def schedule_conv2d(sch, block, cfg: Config) -> NotApplicable | None:
     if own:
         sch.vectorize(own[-1])
     if pack_w:
-        loops = sch.get_loops(pack)
-        fused = sch.fuse(*loops)
-        outer_p, vec = sch.split(fused, [None, lanes])
-        sch.vectorize(vec)
-        sch.parallel(outer_p)
+        _schedule_pack(sch, pack, tile_oc, lanes, transposed)
     if pad_at:  # each task pads the input rows it reads, right before it reads them
         sch.compute_at(pad, outer)
         sch.vectorize(sch.get_loops(pad)[-1])
     elif pad is not None:
         schedule_injective(sch, pad, cfg, "pad.")
+
+
+def _schedule_pack(sch, pack, tile_oc: int, lanes: int, transposed: bool) -> None:
+    """The weight copy into ``[O / tile_oc, I, KH, KW, tile_oc]``, written a
+    channel vector at a time. Reading the source in its own order scattered
+    every element to another cache line, with a division per lane for its
+    address (3.2 of the 4.7 ms of a 512 -> 512 channel 7x7 conv at batch 1).
+    OIHW weights are copied as a tiled transpose: ``lanes`` consecutive (I,
+    KH, KW) elements of ``tile_oc`` channels, within L1 both ways."""
+    loops = sch.get_loops(pack)
+    if len(loops) != 4:  # a padded channel block brings its own loops: the copy stays in order
+        fused = sch.fuse(*loops)
+        outer, vec = sch.split(fused, [None, lanes])
+        sch.vectorize(vec)
+        sch.parallel(outer)
+        return
+    if transposed:  # IOHW (the transposed convolution's kernel): its blocked channels are the second dim
+        i, o, kh, kw = loops
+        ob, oi = sch.split(o, [None, tile_oc])
+        sch.reorder(ob, i, kh, kw, oi)
+        sch.parallel(sch.fuse(ob, i))
+    else:
+        o, i, kh, kw = loops
+        ob, oi = sch.split(o, [None, tile_oc])
+        ko, ki = sch.split(sch.fuse(i, kh, kw), [None, lanes])
+        sch.reorder(ob, ko, ki, oi)
+        sch.parallel(sch.fuse(ob, ko))
+    sch.vectorize(oi)
