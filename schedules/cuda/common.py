@@ -4,7 +4,7 @@ write-back of a thread's register tile."""
 from __future__ import annotations
 
 from ..config import Config
-from ..util import block_name, blocks, const_int, extent, fold_consumers
+from ..util import block_name, blocks, const_int, extent, fold_consumers, try_inline
 
 
 def pow2_at_least(n: int, cap: int) -> int:
@@ -57,6 +57,21 @@ def cooperative_fetch(sch, block, depth: int, threads: tuple[int, int], vector: 
     sch.bind(parts[2], "threadIdx.x")
     if vector > 1:
         sch.vectorize(parts[3])
+
+
+def stage_operands(sch, red, inline: tuple) -> tuple[list, object]:
+    """Shared and register copies of the reduction's two operands, and its
+    register tile: ``([(shared, local)] per operand, acc)``. The producer of
+    each operand in ``inline`` (zero padding, a transpose) is folded into its
+    shared-memory copy."""
+    sources = [str(region.source.name) for region in sch.get(red).reads]
+    shared = [sch.cache_read(red, k, "shared") for k in (0, 1)]
+    for k in inline:
+        for producer in sch.get_producers(shared[k]):
+            if sch.get(producer).name_hint == sources[k]:
+                try_inline(sch, producer)
+    local = [sch.cache_read(red, k, "local") for k in (0, 1)]
+    return list(zip(shared, local)), sch.cache_write(red, 0, "local")
 
 
 def stage_and_finish(sch, red, acc, threads: tuple, slice_loop, step_loop, staged: list, vector: int,

@@ -17,8 +17,8 @@ from __future__ import annotations
 
 from ..config import Config
 from ..dispatch import NOT_APPLICABLE, NotApplicable, register_template
-from ..util import const_int, extent, try_inline
-from .common import pow2_at_least, stage_and_finish
+from ..util import const_int, extent
+from .common import pow2_at_least, stage_and_finish, stage_operands
 
 
 @register_template("cuda", ops=("conv2d", "conv2d_backward_data"))
@@ -37,15 +37,7 @@ def schedule_conv2d_cuda(sch, block, cfg: Config) -> NotApplicable | None:
     tile_c = cfg.define_knob("tile_c", (1, 2, 4, 8, 16), default=min(8, pow2_at_least(c_ext or 8, 8)))
     vector = cfg.define_knob("vector", (1, 2, 4), default=1)
 
-    data_src = str(sch.get(conv).reads[0].source.name)
-    data_shared = sch.cache_read(conv, 0, "shared")
-    weight_shared = sch.cache_read(conv, 1, "shared")
-    for producer in sch.get_producers(data_shared):  # the zero padding goes into the fetch
-        if sch.get(producer).name_hint == data_src:
-            try_inline(sch, producer)
-    data_local = sch.cache_read(conv, 0, "local")
-    weight_local = sch.cache_read(conv, 1, "local")
-    acc = sch.cache_write(conv, 0, "local")
+    staged, acc = stage_operands(sch, conv, inline=(0,))  # the zero padding goes into the fetch
 
     ob, ot, oi = sch.split(o, [None, threads_oc, tile_oc])
     xb, st, si = sch.split(x, [None, threads_s, tile_s])
@@ -54,4 +46,4 @@ def schedule_conv2d_cuda(sch, block, cfg: Config) -> NotApplicable | None:
     sch.bind(sch.fuse(n, ob), "blockIdx.y")
     sch.bind(sch.fuse(y, xb), "blockIdx.x")
     stage_and_finish(sch, conv, acc, ((ot, st), (threads_oc, threads_s)), rco, rx,
-                     [(data_shared, data_local), (weight_shared, weight_local)], vector, cfg)
+                     staged, vector, cfg)

@@ -20,8 +20,8 @@ from __future__ import annotations
 from ...errors import ScheduleError
 from ..config import Config
 from ..dispatch import NOT_APPLICABLE, NotApplicable, register_template
-from ..util import const_int, extent, try_inline
-from .common import pow2_at_least, stage_and_finish
+from ..util import const_int, extent
+from .common import pow2_at_least, stage_and_finish, stage_operands
 
 
 @register_template("cuda", ops=("conv2d_backward_weight",))
@@ -42,16 +42,7 @@ def schedule_conv2d_backward_weight_cuda(sch, block, cfg: Config) -> NotApplicab
         raise ScheduleError(f"got a register tile of {tile_c}x{kh}x{kw}x{tile_o} accumulators, expected at most 64",
                             op=cfg.workload.op.name, arg="config")
 
-    reads = [str(region.source.name) for region in sch.get(acc).reads]
-    x_shared = sch.cache_read(acc, 0, "shared")
-    gy_shared = sch.cache_read(acc, 1, "shared")
-    for staged, source in ((x_shared, reads[0]), (gy_shared, reads[1])):
-        for producer in sch.get_producers(staged):  # the padding, the transpose: into the copy
-            if sch.get(producer).name_hint == source:
-                try_inline(sch, producer)
-    x_local = sch.cache_read(acc, 0, "local")
-    gy_local = sch.cache_read(acc, 1, "local")
-    tile = sch.cache_write(acc, 0, "local")
+    staged, tile = stage_operands(sch, acc, inline=(0, 1))  # the padding, the transpose: into the copies
 
     cb, ct, ci = sch.split(c, [None, threads_c, tile_c])
     ob, ot, oi = sch.split(o, [None, threads_o, tile_o])
@@ -60,5 +51,5 @@ def schedule_conv2d_backward_weight_cuda(sch, block, cfg: Config) -> NotApplicab
     sch.bind(cb, "blockIdx.y")
     sch.bind(ob, "blockIdx.x")
     stage_and_finish(sch, acc, tile, ((ct, ot), (threads_c, threads_o)), row, rz,
-                     [(x_shared, x_local), (gy_shared, gy_local)], vector, cfg)
+                     staged, vector, cfg)
     return None
