@@ -102,7 +102,9 @@ def export(model, example, path, dynamic_batch: bool = True, target=None, batche
     graph = inference_graph(model, example, target, dynamic_batch)
     meta = {"format": FORMAT, "input_shape": [None if dynamic_batch and i == 0 else int(d)
                                               for i, d in enumerate(example.shape)],
-            "input_dtype": str(example.dtype), "kiln": __version__, "tvm": tvm.__version__}
+            "input_dtype": str(example.dtype), "kiln": __version__, "tvm": tvm.__version__,
+            # the kernels read the input at any address its dtype allows (graph/align.py)
+            "input_align": int(example.dtype.itemsize)}
     if batches is None:
         batches = tuned_batches(graph, target) if dynamic_batch else ()
     executable = compile_module(build_module(graph, meta, target, dynamic_batch, batches), target)

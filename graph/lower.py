@@ -21,6 +21,7 @@ from ..runtime.build import tuned_config
 from ..runtime.lower import schedule
 from ..schedules.generic import schedule_injective
 from ..te.shapes import is_static
+from .align import input_params, unaligned
 from .ir import Graph, Node
 
 VIEWS = ("reshape",)
@@ -52,10 +53,13 @@ def _in_place(bb, node: Node, args: list, kernel: str):
                                      [len(inputs.fields) + k for k in range(count)], out_types)
 
 
-def to_relax(graph: Graph, name: str = "main", suffix: str = "") -> tuple[tvm.IRModule, dict]:
+def to_relax(graph: Graph, name: str = "main", suffix: str = "",
+             unaligned_inputs: bool = False) -> tuple[tvm.IRModule, dict]:
     """The graph as the Relax function ``name`` (its kernels' names end in
     ``suffix``) and ``{PrimFunc name: node}``: one parameter per graph input,
-    in order; the output, or a tuple of the outputs when there are several."""
+    in order; the output, or a tuple of the outputs when there are several.
+    With ``unaligned_inputs`` the kernels read the graph's inputs at any
+    address their dtype allows (``graph.align``), not only 64-byte aligned."""
     bb = relax.BlockBuilder()
     params = [relax.Var(v.name or f"in{i}", relax.TensorType(list(v.shape), v.dtype))
               for i, v in enumerate(graph.inputs)]
@@ -87,7 +91,11 @@ def to_relax(graph: Graph, name: str = "main", suffix: str = "") -> tuple[tvm.IR
             outs = [arg(v) for v in graph.outputs]
             result = bb.emit_output(outs[0] if len(outs) == 1 else relax.Tuple(outs))
         bb.emit_func_output(result)
-    return bb.get(), kernels
+    mod = bb.get()
+    if unaligned_inputs:
+        for kernel, indices in input_params(mod[name]).items():
+            mod[kernel] = unaligned(mod[kernel], indices)
+    return mod, kernels
 
 
 #: multiply-adds (or elements, for kernels with no arithmetic to speak of)
@@ -192,7 +200,7 @@ def build_module(graph: Graph, meta: dict, target, dynamic_batch: bool = True, b
         listed.append({"name": name} if max_batch is None else {"name": name, "max_batch": max_batch})
     mod = None
     for part_graph, name, suffix, configure in parts:
-        part, kernels = to_relax(part_graph, name, suffix)
+        part, kernels = to_relax(part_graph, name, suffix, unaligned_inputs=True)
         part = schedule_kernels(part, kernels, target, configure)
         if mod is None:
             mod = part

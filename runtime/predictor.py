@@ -25,7 +25,8 @@ from .elf import elf_problem
 
 FORMAT = "kiln-model-1"
 # TVM's compiled kernels assume their buffers are 64-byte aligned (they use aligned vector loads: an
-# unaligned input crashes the process), so inputs that are not are copied into an aligned buffer
+# unaligned input crashes the process). An export declares how its kernels read the input
+# ("input_align", graph/align.py: the dtype's size); a module without it gets inputs copied to 64 bytes
 ALIGN = 64
 DLPACK_VERSION = (1, 0)  # the versioned protocol carries a read-only flag, so read-only arrays export too
 
@@ -147,6 +148,10 @@ class Predictor:
         # what each call compares against
         self._dtype = np.dtype(self.input_dtype)
         self._rank, self._batch, self._tail = len(self.input_shape), self.input_shape[0], self.input_shape[1:]
+        self._align = self.meta.get("input_align", ALIGN)
+        if type(self._align) is not int or self._align < 1:
+            raise ExportError(f"{self.path} has input_align {self._align!r}, expected a positive int",
+                              op="Predictor", arg="path")
         self._staged = None  # (array, its tensor): the aligned copy of an input TVM cannot take as it is
 
     def __call__(self, x, out: np.ndarray | None = None) -> np.ndarray:
@@ -154,8 +159,9 @@ class Predictor:
         ``out`` returned) when given: a writable C-contiguous array of the
         output's shape and dtype.
 
-        ``x`` is read in place when it is C-contiguous and 64-byte aligned,
-        else copied once into an aligned buffer. The returned array owns its
+        ``x`` is read in place when it is C-contiguous (and, for a module
+        exported before kernels read unaligned input, 64-byte aligned), else
+        copied once into an aligned buffer. The returned array owns its
         memory: later calls never change it.
         """
         x = np.asarray(x)
@@ -223,12 +229,11 @@ class Predictor:
             raise ShapeError(f"got {shape}, expected {shown} with N >= 1", op="Predictor", arg="x")
 
     def _argument(self, x: np.ndarray):
-        """``x`` as a TVM tensor: its own memory when it is aligned and
-        C-contiguous, else a copy in the stage, an aligned buffer kept for the
-        next input of the same shape (numpy aligns small arrays to 16 bytes
-        only, so a batch of a few rows often needs it)."""
+        """``x`` as a TVM tensor: its own memory when it is C-contiguous and
+        aligned as the module's kernels need, else a copy in the stage, an
+        aligned buffer kept for the next input of the same shape."""
         arg = from_dlpack(x.__dlpack__(max_version=DLPACK_VERSION))
-        if arg.data_ptr() % ALIGN == 0 and x.flags.c_contiguous:
+        if arg.data_ptr() % self._align == 0 and x.flags.c_contiguous:
             return arg
         if self._staged is None or self._staged[0].shape != x.shape:
             buf = np.empty(x.nbytes + ALIGN, np.uint8)
