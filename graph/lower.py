@@ -130,15 +130,12 @@ def _few_rows_config(space: dict, workload) -> dict:
 
 
 def _some_rows_config(space: dict, workload) -> dict:
-    """Knob values for a kernel serving a batch of 9-32. Dense: a register
-    tile of 8 rows (the default tall tile pads 16 rows to 24); its copy of
-    the rows (``pack_a``) stays the template's choice (16 rows of 784 -> 512:
-    64-67 us with it, 71-72 without; 64 -> 128: 2.6 against 6.0). Every
-    kernel runs on one thread below ``PARALLEL_WORK`` at 16 rows (the digits
-    CNN's 1->16 channel conv, its pooling), else in parallel (its 16->32
-    channel conv at 16 rows: 67 us on one thread, 40-60 on two)."""
-    if "tile_m" in space and "pack_a" in space:
-        return {"tile_m": 8, **_threads(space, workload, 16)}
+    """Knob values for a kernel serving a batch of 9-32: the template's
+    defaults (for dense, a register tile of 8 rows and a copy of the rows:
+    16 rows of 784 -> 512 64-67 us with it, 71-72 without; 64 -> 128: 2.6
+    against 6.0), on one thread below ``PARALLEL_WORK`` at 16 rows (the
+    digits CNN's 1->16 channel conv, its pooling), else in parallel (its
+    16->32 channel conv at 16 rows: 67 us on one thread, 40-60 on two)."""
     return _threads(space, workload, 16)
 
 

@@ -15,9 +15,10 @@ The GotoBLAS/BLIS recipe, one knob per decision. Loops, outermost first::
 ``tile_m``    rows of the register tile: each loaded B vector feeds ``tile_m``
               FMAs. Default: the most rows whose accumulators, B vectors and
               the broadcast A value fit the vector registers (6 x 16 with
-              AVX2's 16 registers, 12 x 32 with AVX-512's 32); for a symbolic
-              M, 8 where it fits (``SYMBOLIC_TILE_M``: no padding for the
-              batches of a multiple of 8 that most calls have).
+              AVX2's 16 registers), but 8 where that fits and M has 8 rows
+              (``TALL_TILE_M``, AVX-512: 12 x 32 fits, and was slower on
+              every shape measured, as well as padding the multiples of 8
+              that most batches are).
 ``tile_n``    columns of the register tile, a multiple of the vector lanes
               (default 2 vectors).
 ``unroll_k``  k steps unrolled inside the micro-kernel (default 4).
@@ -69,10 +70,13 @@ from ..generic import schedule_injective
 from ..util import blocks, const_int, divisors, extent, fold_consumers, is_reduction, try_inline
 
 TILE_M = (1, 2, 3, 4, 5, 6, 7, 8, 12, 16)
-# a symbolic M's register tile where it fits (AVX-512): the tallest tile pads a batch to a multiple of 12
-# rows on every call; 8 rows of 2 vectors still keep 16 FMAs in flight (64 x 784 -> 512 on 2 threads,
-# emeraldrapids: 188-227 us against 246-252, 128 rows 375-400 against 418, 33 and 48 rows within noise)
-SYMBOLIC_TILE_M = 8
+# the register tile's rows where they fit (AVX-512) and M has as many: 8 rows of 2 vectors keep 16 FMAs in
+# flight, and the tallest tile, 12, was slower at every shape measured. A symbolic M: 64 x 784 -> 512 on 2
+# threads, emeraldrapids: 188-227 us against 246-252, 128 rows 375-400 against 418. Static shapes, same
+# machine, best of 4 interleaved runs, 8 against 12 rows: dense 64/128/256 x 784 -> 512 0.244/0.407/0.797
+# against 0.287/0.471/0.904 ms, 128 x 512 -> 256 0.146 against 0.161, matmul 512^3 1.37 against 1.43,
+# 1024^3 8.7 against 9.2
+TALL_TILE_M = 8
 # a B of more bytes than this is split among the threads by columns (``cols_first``)
 COLS_FIRST_BYTES = 256 << 10
 FEW_ROWS = 8             # up to this many rows the default is the GEMV-shaped schedule (``few_rows``)
@@ -134,8 +138,8 @@ def schedule_matmul(sch, block, cfg: Config) -> None:
     vectors = -(-tile_n // lanes)
     fits = [t for t in TILE_M if t * vectors + vectors + 1 <= cfg.target.vector_registers]
     tall = max(t for t in fits if m_ext is None or t <= max(m_ext, 1))
-    if m_ext is None and SYMBOLIC_TILE_M in fits:  # batches come in multiples of 8 more than of 12
-        tall = SYMBOLIC_TILE_M
+    if TALL_TILE_M in fits and (m_ext is None or m_ext >= TALL_TILE_M):
+        tall = TALL_TILE_M
     tile_m = cfg.define_knob("tile_m", TILE_M, default=1 if few and m_ext is None else tall)
     unroll_k = cfg.define_knob("unroll_k", (1, 2, 4, 8), default=_default_unroll(k_ext, prepacked or few))
     # A's block is worth a copy only when several B panels reuse it
