@@ -16,6 +16,8 @@ from __future__ import annotations
 
 from .config import Config
 from .dispatch import register_template
+from tvm.tirx.analysis import undefined_vars
+
 from .util import block_name, blocks, const_int, extent, is_output, is_reduction, iter_kinds, try_inline, work
 
 #: below this many elements a parallel launch costs more than it saves.
@@ -27,23 +29,65 @@ def _lanes(cfg: Config, sch, block) -> int:
     return cfg.target.lanes(str(dtype))
 
 
-def schedule_injective(sch, block, cfg: Config, prefix: str = "") -> None:
-    """Fuse all loops, vectorize the inner ``vector`` lanes, parallelize the rest."""
+def schedule_injective(sch, block, cfg: Config, prefix: str = "", parallel: bool | None = None) -> None:
+    """Fuse all loops, vectorize the inner ``vector`` lanes, parallelize the
+    rest (by default when the work is large enough; ``parallel`` sets the
+    default for a template that knows better)."""
     loops = sch.get_loops(block)
     if not loops:
         return
     lanes = _lanes(cfg, sch, block)
     n = work(sch, loops)
+    vectorizable = (n is None or n >= lanes) and _lanes_stay_in_a_row(sch, block, loops, lanes)
     fused = sch.fuse(*loops) if len(loops) > 1 else loops[0]
-    vec = cfg.define_knob(prefix + "vector", (1, lanes, 2 * lanes, 4 * lanes),
-                          default=lanes if n is None or n >= lanes else 1)
-    par = cfg.define_knob(prefix + "parallel", (0, 1), default=int(n is None or n >= PARALLEL_MIN))
+    vec = cfg.define_knob(prefix + "vector", (1, lanes, 2 * lanes, 4 * lanes), default=lanes if vectorizable else 1)
+    par = cfg.define_knob(prefix + "parallel", (0, 1), default=int(
+        (n is None or n >= PARALLEL_MIN) if parallel is None else parallel))
     outer = fused
     if vec > 1:
         outer, inner = sch.split(fused, [None, vec])
         sch.vectorize(inner)
     if par:
         sch.parallel(outer)
+
+
+def _lanes_stay_in_a_row(sch, block, loops, lanes: int) -> bool:
+    """Whether a vector of ``lanes`` consecutive elements of the fused loop
+    reads every buffer without a division and a modulo per lane. It does
+    when each read is elementwise (indexes its buffer as the write does: the
+    fused index is the flat index of both), or depends only on loops whose
+    index no vector changes (the outer loops of a trailing block whose size
+    is a multiple of the lanes: a bias read per channel of 8x8 maps), or
+    when the innermost loop's extent is a multiple of the lanes (a vector
+    never leaves its row). A vector that crosses rows computes each lane's
+    indices apart: a per-channel bias added to 7x7 maps ran 3x slower
+    vectorized, the transpose to OIHW in ``conv2d_backward_weight`` 0.17 ms
+    against a few microseconds scalar."""
+    extents = [const_int(extent(sch, lp)) for lp in loops]
+    if extents[-1] is not None and extents[-1] % lanes == 0:
+        return True
+    stmt = sch.get(block)
+    names = [iv.var for iv in stmt.iter_vars]
+    if len(names) != len(loops):
+        return True  # not a plain nest of its own loops: the template's default stands
+    uniform, trailing = None, 1  # loops [0, uniform) keep one index across a vector
+    for k in range(len(extents) - 1, -1, -1):
+        if extents[k] is None:
+            break
+        trailing *= extents[k]
+        if trailing % lanes == 0:
+            uniform = k
+            break
+    varying = names if uniform is None else names[uniform:]
+    written = [r.min for r in stmt.writes[0].region]
+    for read in stmt.reads:
+        mins = [r.min for r in read.region]
+        if len(mins) == len(written) and all(a.same_as(b) for a, b in zip(mins, written)):
+            continue  # elementwise
+        used = [v for m in mins for v in undefined_vars(m)]
+        if any(v.same_as(w) for v in used for w in varying):
+            return False
+    return True
 
 
 def schedule_reduction(sch, block, cfg: Config, prefix: str = "", prefer_rfactor: bool = False) -> None:
