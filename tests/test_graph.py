@@ -214,3 +214,21 @@ def test_a_layer_too_small_per_row_runs_on_one_thread():
         mod = schedule_kernels(mod, kernels, kiln.cpu(), configure)
         big, small = (mod[k].script() for k in kernels)
         assert "T.parallel" in big and "T.parallel" not in small, name
+
+
+def test_the_kernels_reading_the_input_are_found_through_views_and_repeats():
+    """``graph.align.input_params``: a flatten is a view of the input (the
+    dense after it reads the input), and an input a kernel takes twice (the
+    conv's input and its residual) is two parameters, both relaxed."""
+    from kiln.graph.align import input_params, unaligned
+    from kiln.graph.lower import to_relax
+
+    flat = nn.Sequential(nn.Flatten(), nn.Linear(64, 8), nn.ReLU(), nn.Linear(8, 3)).eval()
+    mod, _ = to_relax(optimize(trace(flat, np.zeros((1, 1, 8, 8), "float32")), kiln.cpu()))
+    found = input_params(mod["main"])
+    assert list(found.values()) == [[0]] and next(iter(found)).startswith("dense")  # the second dense reads no input
+    mod, _ = to_relax(optimize(trace(AddInput().eval(), np.zeros((1, 2, 8, 8), "float32")), kiln.cpu()))
+    ((kernel, params),) = input_params(mod["main"]).items()
+    assert params == [0, 3]  # x, the folded weight and bias, x again (the residual), then the output
+    relaxed = unaligned(mod[kernel], params)
+    assert [p.data_alignment for p in relaxed.params] == [4, 64, 64, 4, 64]
