@@ -19,9 +19,11 @@ As with ``jax.jit``, Python decisions the function makes are fixed when it
 is traced: a module's ``training`` flag, shapes, attributes read as numbers.
 Each call plans the optimizer's step in Python (``Optimizer.plan_step``), so
 learning-rate changes and Adam's step count apply. Gradients stay inside the
-module (parameters' ``.grad`` are left None). A function the recorder cannot
-capture (a data-dependent op, host random numbers such as dropout's mask, a
-tensor it keeps beyond the call) runs eagerly, with one warning saying why.
+module (parameters' ``.grad`` are left None). Dropout's masks are feeds of
+the module, drawn afresh on the host at every call from the seeded family
+(the same draws, in the same order, as eager calls). A function the recorder
+cannot capture (a data-dependent op, other host random numbers, a tensor it
+keeps beyond the call) runs eagerly, with one warning saying why.
 """
 from __future__ import annotations
 
@@ -52,15 +54,18 @@ class _Eager:
 
 
 class Feeds:
-    """The hyperparameter feeds of a recorded optimizer step: which feed
-    each parameter's update read (``feed_of``) and the update it was
-    (``updates``: index -> (op, attrs)). ``arrays(optimizer, planned)`` gives
-    this step's feeds, planned as an eager step plans them, or None when the
-    plan no longer matches the recorded one (another op or attribute, or
-    parameters that shared a feed now differing)."""
+    """The feeds of a recorded call: an optimizer step's hyperparameters —
+    which feed each parameter's update read (``feed_of``) and the update it
+    was (``updates``: index -> (op, attrs)) — and random feeds (``draws``:
+    position -> a function drawing a fresh array). ``arrays(optimizer,
+    planned)`` gives this call's feeds, hyperparameters planned as an eager
+    step plans them, or None when the plan no longer matches the recorded
+    one (another op or attribute, or parameters that shared a feed now
+    differing)."""
 
-    def __init__(self, feed_of: dict, updates: dict, count: int):
+    def __init__(self, feed_of: dict, updates: dict, count: int, draws: dict | None = None):
         self.feed_of, self.updates, self.count = feed_of, updates, count
+        self.draws = draws or {}
         self._arrays: dict = {}  # (values, dtype) -> TVM tensor: one per distinct setting
 
     def arrays(self, optimizer, planned) -> list | None:
@@ -76,7 +81,10 @@ class Feeds:
             elif values[k][0] != update.values:
                 return None
         out = []
-        for key in values:
+        for k, key in enumerate(values):
+            if k in self.draws:  # drawn afresh at every call (dropout's mask)
+                out.append(self.draws[k]())
+                continue
             array = self._arrays.get(key)
             if array is None:
                 if len(self._arrays) > 64:
@@ -90,7 +98,8 @@ class Feeds:
         """The feeds of ``recorded``, from the value each update read its hyperparameters from."""
         feeds = recorded.graph.inputs[recorded.args:recorded.args + len(recorded.feeds)]
         positions = {i: next(k for k, f in enumerate(feeds) if f is v) for i, v in feed_of.items()}
-        return cls(positions, updates, len(feeds))
+        draws = {k: recorded.draws[key] for k, key in enumerate(recorded.feeds) if key in recorded.draws}
+        return cls(positions, updates, len(feeds), draws)
 
 
 def record_updates(recorder, optimizer, planned) -> tuple[dict, dict]:
@@ -117,8 +126,9 @@ class _Module:
         self.feeds = feeds
 
     def hypers(self, optimizer) -> list | None:
-        """This step's hyperparameter feeds (None: the plan changed, trace again)."""
-        return self.feeds.arrays(optimizer, optimizer.plan_step(list(self.feeds.updates)))
+        """This call's feeds (None: the optimizer's plan changed, trace again)."""
+        planned = optimizer.plan_step(list(self.feeds.updates)) if optimizer is not None else []
+        return self.feeds.arrays(optimizer, planned)
 
     def run(self, tensors, hypers) -> list:
         engine = _engine.default()
@@ -147,7 +157,7 @@ class Compiled:
         key = tuple((t.shape, t.dtype) for t in tensors)
         step = self._steps.get(key)
         if isinstance(step, _Module):
-            hypers = step.hypers(self.optimizer) if self.optimizer is not None else []
+            hypers = step.hypers(self.optimizer)
             if hypers is not None:
                 return self._unpack(step.run(tensors, hypers))
             step = None  # the optimizer's plan changed (another op or attribute): trace it again

@@ -15,7 +15,7 @@ import numpy as np
 from ..errors import AttrError
 from ..te import call
 from ..te.value import ValueOps, pick_alias
-from . import init
+from . import init, record
 from .data import check_labels
 from .tensor import Tensor
 
@@ -172,8 +172,17 @@ def dropout(x, p: float = 0.5, training: bool = True):
         return x
     if p == 1:
         return x * 0.0
-    mask = init.randb(*x.shape, p=1 - p, dtype=x.dtype)
-    return x * mask * (1.0 / (1 - p))
+    return x * _mask(tuple(x.shape), 1 - p, x.dtype) * (1.0 / (1 - p))
+
+
+def _mask(shape: tuple, keep: float, dtype: str):
+    """Bernoulli(``keep``) values of ``dtype``; under ``kiln.compile``'s
+    recorder a random feed, drawn afresh at every compiled call."""
+    recorder = record.active()
+    if recorder is None or not recorder.on_thread():
+        return init.randb(*shape, p=keep, dtype=dtype)
+    with recorder.random_feed(lambda: init.randb(*shape, p=keep, dtype=dtype)._array):
+        return init.randb(*shape, p=keep, dtype=dtype)
 
 
 def cross_entropy(logits, labels):

@@ -10,7 +10,9 @@ in-place op (``apply_``) gives the array it writes a new value.
 An array the run reads before any op made it is one of:
 
 * an *argument* (``arg``) or a *feed* (``feed``: a value the caller supplies
-  at every call, such as an optimizer's hyperparameters);
+  at every call, such as an optimizer's hyperparameters, or a *random feed*,
+  ``random_feed``: host random numbers, such as dropout's mask, that each
+  call draws afresh);
 * a *constant*: made from host data during the run by a Tensor that did not
   outlive it (``Tensor(np.ones(...))`` for a seed gradient) — its value at
   first read is baked into the graph;
@@ -64,6 +66,7 @@ class Recorded:
     graph: Graph
     args: int = 0
     feeds: list = field(default_factory=list)  # the key of each feed, in input order
+    draws: dict = field(default_factory=dict)  # random feed key -> draw(): a fresh array like the traced one
     states: list = field(default_factory=list)
     results: int = 0
     problem: str | None = None
@@ -81,6 +84,8 @@ class Recorder:
         self._made: list = []  # weakrefs of the Tensors ops made, with the op's name
         self._feeding = None
         self._feeds: dict[int, object] = {}  # id(array) -> feed key
+        self._draws: dict = {}  # random feed key -> its draw function
+        self._drawing = False  # inside random_feed: host random numbers are a feed, not a problem
         self._args: list[Value] = []
         self._thread = threading.get_ident()  # other threads (a DataLoader's workers) are not recorded
         self.problem: str | None = None
@@ -114,8 +119,8 @@ class Recorder:
             self._made.append((weakref.ref(t), op.name))
 
     def host_random(self) -> None:
-        """The run drew numbers from the host's generator (dropout's mask)."""
-        if threading.get_ident() == self._thread and self.problem is None:
+        """The run drew numbers from the host's generator outside ``random_feed``."""
+        if threading.get_ident() == self._thread and self.problem is None and not self._drawing:
             self.problem = ("it draws random numbers on the host (dropout's mask), which a compiled call "
                             "would repeat")
 
@@ -135,6 +140,23 @@ class Recorder:
             yield
         finally:
             self._feeding = None
+
+    @contextlib.contextmanager
+    def random_feed(self, draw):
+        """Within the block, host random numbers may be drawn, and the Tensor
+        made from them is a feed that each compiled call fills with ``draw()``
+        (an array of the same shape and dtype, drawn afresh)."""
+        key = ("random", len(self._draws))
+        self._draws[key] = draw
+        self._feeding, self._drawing = key, True
+        try:
+            yield
+        finally:
+            self._feeding, self._drawing = None, False
+
+    def on_thread(self) -> bool:
+        """Whether the calling thread is the one being recorded."""
+        return threading.get_ident() == self._thread
 
     def _value(self, tensor) -> Value:
         array = tensor._array
@@ -184,6 +206,8 @@ class Recorder:
         for key, value in feeds:
             value.name = f"feed{len(out.feeds)}"
             out.feeds.append(key)
+            if key in self._draws:
+                out.draws[key] = self._draws[key]
             graph.inputs.append(value)
         for state in states:
             state.value.name = f"state{len(out.states)}"
