@@ -139,7 +139,7 @@ def _untraceable(fn, model, opt, needle):
 def test_what_cannot_be_recorded_runs_eagerly_with_one_warning():
     kiln.manual_seed(0)
     model = build_model("mlp", SHAPES["mlp"], 10)
-    loss_fn, drop = nn.SoftmaxLoss(), nn.Dropout(0.5)
+    loss_fn = nn.SoftmaxLoss()
     opt = nn.optim.SGD(model.parameters(), lr=0.1)
     noisy = lambda x, y: loss_fn(model(x) + nn.init.rand(x.shape[0], 10), y)  # noqa: E731 - host noise, no feed
     _untraceable(noisy, model, opt, "random numbers on the host")
