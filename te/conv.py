@@ -290,21 +290,25 @@ def _out_shape(op: str, x, w, kernel: tuple, layout: str, stride, padding, dilat
     return join_nchw(layout, n, o, oh, ow)
 
 
-def _direct(op: Op, read, tap, kernel: tuple, out: tuple, dt: str, split, stride, dilation):
+def _direct(op: Op, read, tap, kernel: tuple, out: tuple, dt: str, split, stride, dilation, keep=None):
     """The direct convolution producing ``out``: the one TE body behind
     ``conv2d`` and ``conv2d_packed``, which differ only in where a value
     lives. ``read(n, c, y, x)`` is the zero-padded input (``conv2d_pad``),
     ``tap(o, c, ky, kx)`` the weight over ``kernel = (I, KH, KW)``, and
     ``split(index)`` an output index as ``(n, o, y, x)``, ``o`` whatever
-    ``tap`` takes."""
+    ``tap`` takes. ``keep(y, x)``, when given, says which input positions
+    the sum takes: a product elsewhere is left out, not multiplied by zero."""
     ci, kh, kw = kernel
     rc, ry, rx = te.reduce_axis((0, ci), "rc"), te.reduce_axis((0, kh), "ry"), te.reduce_axis((0, kw), "rx")
     (sh, sw), (dh, dw) = stride, dilation
 
     def body(*idx):
         n, o, i, j = split(idx)
-        xv = read(n, rc, i * sh + ry * dh, j * sw + rx * dw)
-        return te.sum(xv.astype(dt) * tap(o, rc, ry, rx).astype(dt), axis=[rc, ry, rx])
+        y, x = i * sh + ry * dh, j * sw + rx * dw
+        product = read(n, rc, y, x).astype(dt) * tap(o, rc, ry, rx).astype(dt)
+        if keep is not None:
+            product = tirx.if_then_else(keep(y, x), product, tirx.const(0, dt))
+        return te.sum(product, axis=[rc, ry, rx])
 
     return te.compute(out, body, name=op.name, tag=op.family)
 

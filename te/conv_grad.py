@@ -3,12 +3,32 @@
 ``conv2d_backward_data(gy, w, in_size, stride, padding, dilation)``: the
 gradient of the forward input (N, C, H, W) from ``gy`` (N, O, OH, OW) and the
 weight ``w`` (O, C, KH, KW), ``in_size = (H, W)`` (several input sizes give
-one output size under a stride). It is the transposed convolution: ``gy``
-placed on the input's grid (``stride - 1`` zeros between its elements,
-``d*(K-1) - padding`` zeros around them: ``{name}_pad``, a stage of its own)
-convolved, stride 1, dilation ``d``, with the kernel flipped and its channels
-swapped. That is ``conv2d``'s TE body (``_direct``), so the conv2d template
-schedules it, its packed weight blocks taken along ``w``'s input channels.
+one output size under a stride):
+
+    dx[n, c, y, x] = sum over o and the taps (i, j) with y + ph - i*dh = s*q, x + pw - j*dw = s*r
+                     of gy[n, o, q, r] * w[o, c, i, j]
+
+(``gy`` read as zero outside its rows and columns, as a forward convolution
+reads its padding: an inf in ``w`` at such a tap gives NaN). It is the
+transposed convolution, with one of two TE bodies, both over a zero-padded
+``gy`` (``{name}_pad``, a stage of its own) and both in ``conv2d``'s loop
+structure (n, c, y, x | o, taps), so the conv2d template schedules them:
+
+- stride 1 (or a dilation with a stride): ``gy`` placed on the input's grid
+  (``stride - 1`` zeros between its elements) convolved, stride 1, with the
+  kernel flipped and its channels swapped (``_direct``), its packed weight
+  blocks taken along ``w``'s input channels. Under a stride most of its
+  taps fall on those zeros: it skips their products (an inf in ``w`` must
+  not meet them), but spends the loop steps.
+- a stride and no dilation: per phase. The input rows with one
+  ``(y + ph) % sh`` read the same ``ceil(KH / sh)`` taps of every ``sh``-th
+  kernel row, on consecutive rows of ``gy`` (likewise columns): a stride-1
+  correlation of ``gy`` with that phase's sub-kernel, without the inserted
+  zeros (ResNet-18's stride-2 3x3 layer: 4 taps per output where the placed
+  grid has 9). The sub-kernels are one stage, ``{name}_taps`` (sh, sw, O,
+  TH, TW, C): output channels innermost, the vectors the template loads. A
+  phase with fewer taps than ``TH`` (KH not a multiple of sh) reads zero for
+  the missing ones.
 
 ``conv2d_backward_weight(x, gy, kernel, stride, padding, dilation)``: ``x``
 (N, C, H, W) is the forward input, ``gy`` (N, O, OH, OW) the gradient of the
@@ -33,7 +53,7 @@ from tvm import te, tirx
 
 from ..errors import ShapeError
 from . import attrs as A
-from .conv import (DILATION, PADDING, STRIDE, _conv_nchw, _direct, _flops, check_rank4, conv2d, pad_spatial,
+from .conv import (DILATION, PADDING, STRIDE, _direct, _flops, check_rank4, conv2d, pad_spatial,
                    split_nchw, window_out)
 from .grad import as_dtype, wants_grad
 from .registry import Op, call, register
@@ -147,6 +167,8 @@ class Conv2dBackwardData(Op):
 
     def compute(self, gy, w, in_size, stride, padding, dilation):
         dt = promote(self.name, dtype_of(gy), dtype_of(w))
+        if stride != (1, 1) and dilation == (1, 1):
+            return _phased(self, gy, w, in_size, stride, padding, dt)
         n, o, oh, ow = gy.shape
         _, c, kh, kw = (static(d) for d in w.shape)
         spans = (dilation[0] * (kh - 1), dilation[1] * (kw - 1))
@@ -160,25 +182,35 @@ class Conv2dBackwardData(Op):
             return tirx.if_then_else(inside, gy[b, k, tirx.max(sy, 0) // stride[0], tirx.max(sx, 0) // stride[1]],
                                      tirx.const(0, dtype_of(gy)))
 
+        def on_gy(u, v):  # a position of gy's (or of its border), not one of the zeros between
+            return tirx.all((u - low[0]) % stride[0] == 0, (v - low[1]) % stride[1] == 0)
+
         gp = te.compute((n, o) + grid, placed, name=f"{self.name}_pad", tag="injective")
         out = (n, c, in_size[0], in_size[1])
         return _direct(self, lambda b, k, y, z: gp[b, k, y, z], lambda ci, k, y, z: w[k, ci, kh - 1 - y, kw - 1 - z],
-                       (o, kh, kw), out, dt, lambda idx: split_nchw(idx, "NCHW"), (1, 1), dilation)
+                       (o, kh, kw), out, dt, lambda idx: split_nchw(idx, "NCHW"), (1, 1), dilation,
+                       keep=on_gy if stride != (1, 1) else None)
 
     def reference(self, gy, w, in_size, stride, padding, dilation):
-        """numpy's transposed convolution as the kernel defines it: ``gy`` on
-        the input's grid with zeros between and around (so an inf in ``w``
-        meets those zeros and gives NaN, as in a forward convolution's
-        padding), convolved with the flipped, channel-swapped kernel."""
+        """numpy's transposed convolution by its definition (the module
+        docstring): each tap's products added at the input positions it
+        reaches, ``gy`` read as zero outside its rows and columns (so an inf
+        in ``w`` meets those zeros and gives NaN, as in a forward
+        convolution's padding)."""
         (sh, sw), (ph, pw), (dh, dw) = stride, padding, dilation
-        kh, kw = w.shape[2:]
-        span = (dh * (kh - 1), dw * (kw - 1))
-        grid = np.zeros(gy.shape[:2] + (in_size[0] + 2 * span[0] + 2 * ph, in_size[1] + 2 * span[1] + 2 * pw),
-                        gy.dtype)
-        grid[:, :, span[0]:span[0] + sh * gy.shape[2]:sh, span[1]:span[1] + sw * gy.shape[3]:sw] = gy
-        placed = grid[:, :, ph:ph + in_size[0] + span[0], pw:pw + in_size[1] + span[1]]
-        flipped = w[:, :, ::-1, ::-1].transpose(1, 0, 2, 3)
-        return _conv_nchw(placed, flipped, (1, 1), (0, 0), dilation)
+        n, o, oh, ow = gy.shape
+        c, kh, kw = w.shape[1:]
+        dx = np.zeros((n, c) + tuple(in_size), np.result_type(gy, w))
+        for i in range(kh):
+            qy, ry = np.divmod(np.arange(in_size[0]) + ph - i * dh, sh)  # gy's row, when ry == 0
+            for j in range(kw):
+                qx, rx = np.divmod(np.arange(in_size[1]) + pw - j * dw, sw)
+                ys, xs = np.flatnonzero(ry == 0), np.flatnonzero(rx == 0)
+                inside = ((qy[ys] >= 0) & (qy[ys] < oh))[:, None] & ((qx[xs] >= 0) & (qx[xs] < ow))[None, :]
+                read = gy[:, :, np.clip(qy[ys], 0, oh - 1)][:, :, :, np.clip(qx[xs], 0, ow - 1)]
+                read = np.where(inside, read, 0)
+                dx[np.ix_(range(n), range(c), ys, xs)] += np.einsum("noyx,oc->ncyx", read, w[:, :, i, j])
+        return dx
 
     def gradient(self, g, node):
         """dx is linear in (gy, w): dgy is the forward conv of ``g`` with w,
@@ -193,3 +225,46 @@ class Conv2dBackwardData(Op):
     def flops(self, shapes, **attrs):
         gy, w = shapes
         return _flops(tuple(gy), tuple(w[1:]))
+
+
+def _phased(op: Op, gy, w, in_size, stride, padding, dt):
+    """The strided transposed convolution per phase (see the module docstring)."""
+    n, o, oh, ow = gy.shape
+    _, c, kh, kw = (static(d) for d in w.shape)
+    kernel, outs = (kh, kw), (static(oh), static(ow))
+    taps = tuple(-(-k // s) for k, s in zip(kernel, stride))
+    # gy's rows read: (y + p) // s + t for t < taps, on a grid with taps - 1 zero rows before gy's
+    grid = tuple(max(g + t - 1, (size - 1 + p) // s + t)
+                 for g, t, size, p, s in zip(outs, taps, in_size, padding, stride))
+    zero = tirx.const(0, dtype_of(gy))
+
+    def padded(b, k, y, x):
+        sy, sx = y - (taps[0] - 1), x - (taps[1] - 1)
+        inside = tirx.all(sy >= 0, sx >= 0, sy < oh, sx < ow)
+        return tirx.if_then_else(inside, gy[b, k, tirx.max(sy, 0), tirx.max(sx, 0)], zero)
+
+    gp = te.compute((n, o) + grid, padded, name=f"{op.name}_pad", tag="injective")
+
+    def tap_of(a: int, phase, t):  # the kernel row (column) of phase's tap t along axis a
+        return (taps[a] - 1 - t) * stride[a] + phase
+
+    def sub_kernels(ph, pw, k, t, u, ci):
+        i, j = tap_of(0, ph, t), tap_of(1, pw, u)
+        real = tirx.all(i < kh, j < kw)
+        return tirx.if_then_else(real, w[k, ci, tirx.min(i, kh - 1), tirx.min(j, kw - 1)],
+                                 tirx.const(0, dtype_of(w)))
+
+    wp = te.compute(tuple(stride) + (o, taps[0], taps[1], c), sub_kernels, name=f"{op.name}_taps",
+                    tag="injective")
+    ro, rt, ru = te.reduce_axis((0, o), "ro"), te.reduce_axis((0, taps[0]), "rt"), te.reduce_axis((0, taps[1]), "ru")
+    missing = any(k % s for k, s in zip(kernel, stride))  # some phase has fewer taps: they read zero
+
+    def body(b, ci, y, x):
+        py, px = y + padding[0], x + padding[1]
+        ph, pw = py % stride[0], px % stride[1]
+        value = gp[b, ro, py // stride[0] + rt, px // stride[1] + ru]
+        if missing:
+            value = tirx.if_then_else(tirx.all(tap_of(0, ph, rt) < kh, tap_of(1, pw, ru) < kw), value, zero)
+        return te.sum(value.astype(dt) * wp[ph, pw, ro, rt, ru, ci].astype(dt), axis=[ro, rt, ru])
+
+    return te.compute((n, c) + tuple(in_size), body, name=op.name, tag=op.family)

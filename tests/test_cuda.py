@@ -65,7 +65,7 @@ needs_nvcc = pytest.mark.skipif(shutil.which("nvcc") is None, reason="nvcc is no
 
 @needs_nvcc
 @pytest.mark.parametrize("arch", ["sm_80", "sm_90"])
-@pytest.mark.parametrize("case", WORKLOADS[::2] + [WORKLOADS[5]], ids=str)
+@pytest.mark.parametrize("case", WORKLOADS[::2] + [WORKLOADS[5], WORKLOADS[17]], ids=str)
 def test_templates_compile_to_ptx(case, arch):
     target = kiln.cuda(arch)
     task = _task(case, target)

@@ -32,6 +32,9 @@ FMAs for ``tile_ow + tile_oc / lanes`` loads.
               parallel region per call, the rows still in cache when the
               micro-kernel reads them), 0 for a padding stage of its own.
 
+A strided ``conv2d_backward_data`` reads its per-phase sub-kernels (the
+``_taps`` stage, output channels innermost) as they are: no ``pack_w``.
+
 ``conv2d_packed`` reads a weight already in the ``pack_w`` layout (packed once,
 by ``pack_conv2d_weight``): it has no ``pack_w`` knob and no pack stage, and
 its ``tile_oc`` is the blocks' width, not a knob. An exporter packs a constant
@@ -132,6 +135,7 @@ def schedule_conv2d(sch, block, cfg: Config) -> NotApplicable | None:
     conv = block
     packed = cfg.workload.op.name == "conv2d_packed"  # the weight is already in the pack_w layout
     transposed = cfg.workload.op.name == "conv2d_backward_data"  # its output channels are w's input channels
+    taps = next((b for b in blocks(sch) if sch.get(b).name_hint.endswith("_taps")), None)  # per phase (strided)
     nchw = packed or cfg.workload.attrs.get("layout", "NCHW") == "NCHW"
     blocked = packed and cfg.workload.attrs["out_block"]  # the output is NCHW[oc]c: its channel loop is split
     if blocked:  # n, o block, y, z, o lane | rc, ry, rx
@@ -159,7 +163,7 @@ def schedule_conv2d(sch, block, cfg: Config) -> NotApplicable | None:
     h_ext = const_int(extent(sch, y))
     row_macs = z_ext * tile_oc * (work(sch, (r1, r2, r3)) or 1)
     task_rows = cfg.define_knob("task_rows", divisors(h_ext), default=_default_task_rows(h_ext, row_macs))
-    pack_w = not packed and cfg.define_knob("pack_w", (0, 1), default=int(nchw)) and nchw
+    pack_w = not packed and taps is None and cfg.define_knob("pack_w", (0, 1), default=int(nchw)) and nchw
     par = cfg.define_knob("parallel", (0, 1), default=1)
     pad = next((b for b in blocks(sch) if sch.get(b).name_hint.endswith("_pad")), None)
     pad_at = pad is not None and cfg.define_knob("pad_at", (0, 1), default=1)
@@ -200,6 +204,8 @@ def schedule_conv2d(sch, block, cfg: Config) -> NotApplicable | None:
         sch.vectorize(own[-1])
     if pack_w:
         _schedule_pack(sch, pack, tile_oc, lanes, transposed)
+    if taps is not None:  # the sub-kernels, channels innermost already: no pack
+        schedule_injective(sch, taps, cfg, "taps.")
     if pad_at:  # each task pads the input rows it reads, right before it reads them
         sch.compute_at(pad, outer)
         sch.vectorize(sch.get_loops(pad)[-1])

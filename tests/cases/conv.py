@@ -67,4 +67,13 @@ CASES += [
     Case("conv2d_backward_data", [(2, 4, 8, 8), (4, 6, 1, 1)], attrs={"in_size": 6, "padding": 1}, grad=False),
     Case("conv2d_backward_data", [(2, 20, 6, 6), (20, 24, 3, 3)], attrs={"in_size": 6, "padding": 1}, grad=False),
     Case("conv2d_backward_data", [(2, 3, 4, 4), (3, 2, 3, 3)], "float64", attrs={"in_size": 4, "padding": 1}),
+    # per phase (a stride, no dilation): a 7x7 stem, a 1x1 downsample (odd rows and columns get nothing), one
+    # strided axis only, a stride above the kernel (phases with no tap), and a stride with a dilation (placed grid)
+    Case("conv2d_backward_data", [(2, 3, 4, 5), (3, 5, 7, 7)], attrs={"in_size": (8, 9), "padding": 3, "stride": 2}),
+    Case("conv2d_backward_data", [(2, 6, 4, 4), (6, 4, 1, 1)], attrs={"in_size": 8, "stride": 2}, grad=False),
+    Case("conv2d_backward_data", [(2, 3, 5, 6), (3, 5, 2, 3)], attrs={"in_size": (9, 8), "stride": (2, 1),
+                                                                      "padding": (1, 0)}),
+    Case("conv2d_backward_data", [(1, 3, 3, 3), (3, 2, 2, 2)], attrs={"in_size": (8, 9), "stride": 3}),
+    Case("conv2d_backward_data", [(1, 3, 4, 4), (3, 2, 3, 3)], attrs={"in_size": (9, 9), "stride": 2, "padding": 1,
+                                                                      "dilation": 2}, grad=False),
 ]
