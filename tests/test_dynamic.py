@@ -41,6 +41,18 @@ def test_one_symbolic_kernel_serves_every_size_and_stays_vectorized():
     assert kiln.build("dense", [(n, 100), (100, 40), (40,)], attrs={"relu": True}) is kernel  # one cache entry
 
 
+def test_conv2d_backward_weight_with_a_symbolic_batch_runs_at_every_size():
+    """A symbolic batch leaves the template's reduction extent unknown: it
+    declines before declaring a knob, and the generic schedule serves it
+    (it used to decline after, which dispatch reports as a broken template)."""
+    n, attrs = sym("n"), {"kernel": 3, "padding": 1}
+    kernel = kiln.build("conv2d_backward_weight", [(n, 16, 8, 8), (n, 32, 8, 8)], attrs=attrs)
+    op, rng = get_op("conv2d_backward_weight"), np.random.default_rng(0)
+    for batch in (1, 5):
+        x, gy = (rng.standard_normal((batch, c, 8, 8)).astype("float32") for c in (16, 32))
+        assert_close(kernel(x, gy), op.reference(x, gy, **op.parse_attrs(attrs)), "float32", f"batch {batch}")
+
+
 def _first_case_per_op():
     first = {}
     for case in CASES:

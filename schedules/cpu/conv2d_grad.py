@@ -12,7 +12,10 @@ OIHW) are parallel injective loops, the padding a serial one (every tile
 reads all of it).
 
 ``tile_o``    output channels per tile: one or two vectors (all of O when it
-              is less than a vector).
+              is less than a vector). Default: the one whose tile holds the
+              most accumulators, two vectors on a tie (half the broadcasts
+              per multiply-add): a 7x7 kernel on AVX2 takes one vector by
+              seven rows, not two vectors by one.
 ``tile_ck``   (c, i, j) rows per tile: a block of (c, i, j) space (a
               divisor of KW; KW times a divisor of KH; or KH*KW times a
               divisor of C), so the tile's write-back covers exactly its
@@ -46,23 +49,24 @@ def schedule_conv2d_backward_weight(sch, block, cfg: Config) -> NotApplicable | 
     c, i, j, o, rn, ry, rz = sch.get_loops(acc)
     o_ext = const_int(extent(sch, o))
     parts = [const_int(extent(sch, lp)) for lp in (c, i, j)]
-    if o_ext is None or None in parts:
-        return NOT_APPLICABLE  # a symbolic channel count: the generic schedule serves it
+    sums = [const_int(extent(sch, lp)) for lp in (rn, ry, rz)]
+    if o_ext is None or None in parts or None in sums:
+        return NOT_APPLICABLE  # a symbolic channel count or batch: the generic schedule serves it (decided first)
     lanes = cfg.target.lanes(cfg.workload.out_dtypes[0])
     options = tuple(t for t in (lanes, 2 * lanes) if o_ext % t == 0) or (o_ext if o_ext < lanes else lanes,)
-    tile_o = cfg.define_knob("tile_o", options, default=options[-1])
-    vectors = -(-tile_o // lanes)
     c_ext, kh, kw = parts
     rows = sorted({d for d in divisors(kw)} | {kw * m for m in divisors(kh)} | {kh * kw * m for m in divisors(c_ext)})
-    fits = [d for d in rows if d * vectors <= _budget(lanes)] or [1]
-    tile_ck = cfg.define_knob("tile_ck", tuple(rows), default=max(fits))
-    rows = [const_int(extent(sch, lp)) for lp in (rn, ry, rz)]
-    if None in rows:
-        return NOT_APPLICABLE
-    row_bytes = rows[2] * o_ext * 4
-    chunk_options = divisors(rows[0] * rows[1])
+
+    def fitting(t: int) -> int:  # the most (c, i, j) rows whose accumulators fit beside tile_o = t
+        return max([d for d in rows if d * -(-t // lanes) <= _budget(lanes)] or [1])
+
+    tile_o = cfg.define_knob("tile_o", options, default=max(
+        options, key=lambda t: (fitting(t) * -(-t // lanes), t)))  # most accumulators; then fewer broadcasts
+    tile_ck = cfg.define_knob("tile_ck", tuple(rows), default=fitting(tile_o))
+    row_bytes = sums[2] * o_ext * 4
+    chunk_options = divisors(sums[0] * sums[1])
     chunks = cfg.define_knob("chunks", tuple(chunk_options), default=next(
-        (d for d in chunk_options if rows[0] * rows[1] // d * row_bytes <= CHUNK_BYTES), chunk_options[-1]))
+        (d for d in chunk_options if sums[0] * sums[1] // d * row_bytes <= CHUNK_BYTES), chunk_options[-1]))
     par = cfg.define_knob("parallel", (0, 1), default=1)
 
     part = acc

@@ -20,7 +20,9 @@ The GotoBLAS/BLIS recipe, one knob per decision. Loops, outermost first::
               every shape measured, as well as padding the multiples of 8
               that most batches are).
 ``tile_n``    columns of the register tile, a multiple of the vector lanes
-              (default 2 vectors).
+              (default 2 vectors; for a few rows, the most vectors up to 2
+              that leave the rows themselves a register tile: 7 rows on
+              AVX2 take one vector, not a 6-row tile padded to 12 rows).
 ``unroll_k``  k steps unrolled inside the micro-kernel (default 4).
 ``tile_k``    k block. ``tile_k == K`` (the default up to K = 1024) keeps the
               accumulators in registers for the whole reduction and writes
@@ -127,16 +129,20 @@ def schedule_matmul(sch, block, cfg: Config) -> None:
     elem = max(1, int("".join(c for c in dtype if c.isdigit()) or 32) // 8)
     a_matrix, b_matrix = (len(sch.get(red).reads[i].source.shape) >= 2 for i in (0, 1))
 
+    registers = cfg.target.vector_registers
+    few_rows = m_ext is not None and m_ext <= FEW_ROWS
     if prepacked:  # the panel width is the weight's layout, not a choice
         panels, tile_n = (const_int(extent(sch, lp)) for lp in loops[-3:-1])
         n_ext = panels * tile_n if panels else None
     else:
         n_ext = const_int(extent(sch, loops[-2]))
-        tile_n = cfg.define_knob("tile_n", tuple(lanes * v for v in (1, 2, 3, 4)),
-                                 default=panel_width(n_ext, dtype, cfg.target))
-    few = cfg.define_knob("few_rows", (0, 1), default=int(m_ext is not None and m_ext <= FEW_ROWS))
+        width = panel_width(n_ext, dtype, cfg.target) // lanes
+        if few_rows:  # the rows themselves must be a register tile (rows x vectors, the B vectors, a broadcast)
+            width = max([v for v in range(1, width + 1) if m_ext * v + v + 1 <= registers] or [1])
+        tile_n = cfg.define_knob("tile_n", tuple(lanes * v for v in (1, 2, 3, 4)), default=lanes * width)
+    few = cfg.define_knob("few_rows", (0, 1), default=int(few_rows))
     vectors = -(-tile_n // lanes)
-    fits = [t for t in TILE_M if t * vectors + vectors + 1 <= cfg.target.vector_registers]
+    fits = [t for t in TILE_M if t * vectors + vectors + 1 <= registers]
     tall = max(t for t in fits if m_ext is None or t <= max(m_ext, 1))
     if TALL_TILE_M in fits and (m_ext is None or m_ext >= TALL_TILE_M):
         tall = TALL_TILE_M
