@@ -40,15 +40,24 @@ def schedule_injective(sch, block, cfg: Config, prefix: str = "", parallel: bool
     n = work(sch, loops)
     vectorizable = (n is None or n >= lanes) and _lanes_stay_in_a_row(sch, block, loops, lanes)
     fused = sch.fuse(*loops) if len(loops) > 1 else loops[0]
-    vec = cfg.define_knob(prefix + "vector", (1, lanes, 2 * lanes, 4 * lanes), default=lanes if vectorizable else 1)
-    par = cfg.define_knob(prefix + "parallel", (0, 1), default=int(
-        (n is None or n >= PARALLEL_MIN) if parallel is None else parallel))
+    # blocks that share a prefix (a template's pad copies of both operands) share its knobs: the first
+    # declares the defaults
+    vec = cfg.define_knob(prefix + "vector", (1, lanes, 2 * lanes, 4 * lanes),
+                          default=_declared(cfg, prefix + "vector", lanes if vectorizable else 1))
+    par = cfg.define_knob(prefix + "parallel", (0, 1), default=_declared(cfg, prefix + "parallel", int(
+        (n is None or n >= PARALLEL_MIN) if parallel is None else parallel)))
     outer = fused
     if vec > 1:
         outer, inner = sch.split(fused, [None, vec])
         sch.vectorize(inner)
     if par:
         sch.parallel(outer)
+
+
+def _declared(cfg: Config, name: str, default):
+    """The default of knob ``name`` if a block before this one declared it, else ``default``."""
+    knob = cfg.space.get(name)
+    return default if knob is None else knob.default
 
 
 def _lanes_stay_in_a_row(sch, block, loops, lanes: int) -> bool:

@@ -107,8 +107,8 @@ def test_a_copy_of_a_is_made_only_for_several_panels_and_stored_a_vector_at_a_ti
     for a single panel (a 10-class layer), and each packed row
     ``[k, 0:tile_m]`` is one vector store (row-major order made every element
     a scalar store, 60 us against 9 without the copy for 64 x 512 -> 10)."""
-    narrow = kiln.build("dense", [(64, 512), (512, 10), (10,)])
-    assert narrow.resolved_config()["pack_a"] == 0
+    narrow = kiln.build("dense", [(48, 512), (512, 10), (10,)])  # 48 rows: whole 6- and 8-row tiles
+    assert 48 % narrow.resolved_config()["tile_m"] == 0 and narrow.resolved_config()["pack_a"] == 0
     wide = kiln.build("dense", [(64, 512), (512, 128), (128,)])
     config = wide.resolved_config()
     assert config["pack_a"] == 1
@@ -138,3 +138,34 @@ def test_a_large_b_is_split_among_the_threads_by_columns():
     rows = kiln.build("dense", [(n, 784), (784, 512), (512,)], config={"cols_first": 0})
     np.testing.assert_allclose(large(x, w, b), x @ w + b, rtol=1e-4, atol=1e-3)
     np.testing.assert_allclose(rows(x, w, b), large(x, w, b), rtol=1e-5, atol=1e-5)
+
+
+@pytest.mark.parametrize("op, shapes, attrs", [
+    ("dense", [(50, 512), (512, 10), (10,)], {}),
+    ("matmul", [(128, 50), (128, 10)], {"transpose_a": True}),  # a weight gradient: A^T of the activations
+])
+def test_an_a_padded_to_whole_tiles_is_packed_even_for_one_panel(op, shapes, attrs):
+    """A that must be padded is copied either way; the default makes that copy
+    the pack (for A^T, an unpacked padded copy read a column per k was 3x
+    slower: 128 x 512 -> 10 on AVX2, 97 against 32 us)."""
+    kernel = kiln.build(op, shapes, attrs=attrs)
+    config = kernel.resolved_config()
+    assert 50 % config["tile_m"] and config["pack_a"] == 1, config
+    a, b = (np.random.default_rng(1).standard_normal(s).astype("float32") for s in shapes[:2])
+    args, want = [a, b], (a.T if attrs else a) @ b
+    if op == "dense":
+        bias = np.arange(10, dtype="float32")
+        args, want = [a, b, bias], want + bias
+    np.testing.assert_allclose(kernel(*args), want, rtol=1e-4, atol=1e-4)
+
+
+def test_pad_copies_of_both_operands_share_their_knobs():
+    """Both operands padded and a k block below K: the two pad copies are
+    scheduled under the same ``pad.`` knobs (their defaults differed by size,
+    and the second declaration was rejected as a different space)."""
+    shapes = [(128, 130), (128, 10)]  # A's copy large enough to run in parallel, B's not
+    kernel = kiln.build("matmul", shapes, attrs={"transpose_a": True}, config={"tile_k": 32, "pack_a": 0, "pack_b": 0})
+    config = kernel.resolved_config()
+    assert "pad.parallel" in config and "pad.vector" in config
+    a, b = (np.random.default_rng(2).standard_normal(s).astype("float32") for s in shapes)
+    np.testing.assert_allclose(kernel(a, b), a.T @ b, rtol=1e-4, atol=1e-4)
