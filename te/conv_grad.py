@@ -42,9 +42,10 @@ convolution the gradient used to run (the batch as channels, ``gy`` as a
 kernel as large as the output map), its template had a tile that suits
 neither. The TE body computes it channels-last, ``(C, KH, KW, O)``, against
 ``gy`` transposed to (N, OH, OW, O), so a vector of output channels is
-contiguous in both, then transposes the small result to OIHW; the CPU
-template (``schedules/cpu/conv2d_grad.py``) register-tiles output channels x
-(C, KH, KW) and runs the (C, KH, KW) blocks in parallel.
+contiguous in both, then transposes the result to OIHW; the CPU template
+(``schedules/cpu/conv2d_grad.py``) register-tiles output channels x
+(C, KH, KW), runs the (C, KH, KW) blocks in parallel and, where it can,
+folds the transpose into the tiles' write-back.
 """
 from __future__ import annotations
 

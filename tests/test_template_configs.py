@@ -18,6 +18,8 @@ WORKLOADS = [
     Case("softmax", [(7, 50)]), Case("log_softmax", [(5, 64)]),
     Case("conv2d", [(1, 3, 9, 11), (5, 3, 3, 3)], attrs={"padding": 1}),
     Case("conv2d", [(2, 9, 7, 3), (3, 3, 3, 6)], attrs={"layout": "NHWC", "stride": 2}),
+    Case("conv2d_backward_weight", [(2, 12, 7, 7), (2, 16, 7, 7)], attrs={"kernel": 3, "padding": 1}),
+    Case("conv2d_backward_weight", [(3, 5, 9, 9), (3, 8, 5, 5)], attrs={"kernel": 3, "padding": 1, "stride": 2}),
     Case("batch_norm_train", [(6, 5, 4, 8), (5,), (5,)], attrs={"eps": 1e-5}),
     Case("batch_norm_train_grad", [(6, 5, 4, 8), (6, 5, 4, 8), (5,), (5,), (5,)], attrs={"eps": 1e-5}),
 ]
