@@ -3,7 +3,8 @@ kernel having run, on tensors so small that the kernel itself takes well
 under a microsecond (its own time, called directly, is printed beside).
 
 Rows, each the median of ``--trials`` trials of ``--ops`` back-to-back ops,
-ending with a wait for the last result:
+ending with a wait for the last result, in wall time and in the calling
+thread's CPU time (on a shared machine the steadier of the two):
 
 * ``add``: two 16-element tensors, nothing recorded;
 * ``multiply (recorded)``: one input requires grad, so autograd records a node;
@@ -22,14 +23,19 @@ import time
 import numpy as np
 
 
-def _median_us(fn, ops: int, trials: int) -> float:
+def _median_us(fn, ops: int, trials: int) -> tuple[float, float]:
+    """Wall and CPU microseconds per op, medians over the trials. The CPU
+    time is the calling thread's, where an eager op's whole path runs (the
+    engine runs a kernel inline, and every kernel here is serial): a shared
+    machine's stolen cycles and other threads' spinning do not count in it."""
     fn(ops // 10)  # warm: kernels compiled or loaded, caches filled
-    times = []
+    wall, cpu = [], []
     for _ in range(trials):
-        start = time.perf_counter()
+        start, start_cpu = time.perf_counter(), time.thread_time()
         fn(ops)
-        times.append((time.perf_counter() - start) / ops * 1e6)
-    return float(np.median(times))
+        cpu.append((time.thread_time() - start_cpu) / ops * 1e6)
+        wall.append((time.perf_counter() - start) / ops * 1e6)
+    return float(np.median(wall)), float(np.median(cpu))
 
 
 def measure(ops: int, trials: int) -> dict:
@@ -87,9 +93,12 @@ def measure(ops: int, trials: int) -> dict:
         engine.Engine.push = original
     per_step = len(launches)
     step_us = _median_us(steps, max(1, ops // per_step), trials)
-    return {"add_us": _median_us(adds, ops, trials), "multiply_recorded_us": _median_us(multiplies, ops, trials),
-            "kernel_call_us": _median_us(kernel_calls, ops, trials), "step_us_per_launch": step_us / per_step,
-            "step_launches": per_step, "engine_workers": engine.default().workers}
+    rows = {"add_us": _median_us(adds, ops, trials), "multiply_recorded_us": _median_us(multiplies, ops, trials),
+            "kernel_call_us": _median_us(kernel_calls, ops, trials),
+            "step_us_per_launch": tuple(t / per_step for t in step_us)}
+    result = {key: wall for key, (wall, _) in rows.items()}
+    result.update({key.replace("_us", "_cpu_us"): cpu for key, (_, cpu) in rows.items()})
+    return {**result, "step_launches": per_step, "engine_workers": engine.default().workers}
 
 
 def main() -> None:
@@ -103,12 +112,13 @@ def main() -> None:
         print(json.dumps(result))
         return
     print(f"# eager op overhead, engine workers {result['engine_workers']} (0: serial); median of {args.trials} "
-          f"trials of {args.ops} ops")
-    print(f"add (16 floats, not recorded)     {result['add_us']:7.2f} us/op")
-    print(f"multiply (recorded for autograd)  {result['multiply_recorded_us']:7.2f} us/op")
-    print(f"MLP 16-8-4 SGD step               {result['step_us_per_launch']:7.2f} us per launch "
-          f"({result['step_launches']} launches)")
-    print(f"the add kernel called directly    {result['kernel_call_us']:7.2f} us")
+          f"trials of {args.ops} ops; wall and CPU microseconds")
+    rows = [("add (16 floats, not recorded)", "add_us", "per op"),
+            ("multiply (recorded for autograd)", "multiply_recorded_us", "per op"),
+            ("MLP 16-8-4 SGD step", "step_us_per_launch", f"per launch ({result['step_launches']} launches)"),
+            ("the add kernel called directly", "kernel_call_us", "per call")]
+    for label, key, unit in rows:
+        print(f"{label:34s}{result[key]:8.2f} wall {result[key.replace('_us', '_cpu_us')]:8.2f} cpu  us {unit}")
 
 
 if __name__ == "__main__":

@@ -60,11 +60,17 @@ def _record(op, attrs, tensors, arrays, variables, specs, site) -> _Node:
     grad_inputs, grad_output = op.grad_saves(attrs)
     every = _keep_all or grad_inputs is None
     keep_out = _keep_all or grad_output
-    inputs = tuple((t._array, t._var, t._shape[0], t._shape[1]) if every or i in grad_inputs
-                   else (None, None, t._shape[0], t._shape[1]) for i, t in enumerate(tensors))
-    outputs = tuple((a, v, s, d) if keep_out else (None, None, s, d)
-                    for a, v, (s, d) in zip(arrays, variables, specs))
-    parents = tuple(t._edge() if t.requires_grad else None for t in tensors)
+    inputs, parents = [], []  # one loop: every op with an input that requires grad comes here
+    for i, t in enumerate(tensors):
+        meta = t._shape
+        inputs.append((t._array, t._var, meta[0], meta[1]) if every or i in grad_inputs
+                      else (None, None, meta[0], meta[1]))
+        parents.append(t._edge() if t.requires_grad else None)
+    if len(specs) == 1:
+        (shape, dtype), = specs
+        outputs = [(arrays[0], variables[0], shape, dtype) if keep_out else (None, None, shape, dtype)]
+    else:
+        outputs = [(a, v, s, d) if keep_out else (None, None, s, d) for a, v, (s, d) in zip(arrays, variables, specs)]
     return _Node(op, attrs, parents, inputs, outputs, site=site)
 
 

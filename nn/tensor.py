@@ -120,23 +120,33 @@ class Tensor(ValueOps):
     @classmethod
     def _kiln_apply(cls, op, inputs, attrs, out: "list | None" = None):
         # the path of every eager op: after the first call of a signature, dict lookups and the launch
-        tensors = [v if isinstance(v, Tensor) else Tensor(v) for v in inputs]
-        for t in tensors:
+        # one pass over the inputs (a comprehension each costs a frame of its own)
+        tensors, shapes, dtypes, ins, reads, grads = [], [], [], [], [], False
+        for v in inputs:
+            t = v if isinstance(v, Tensor) else Tensor(v)
             if t._array is None:
                 raise GradError(f"a gradient read a value of '{t._shape[2]}' that the op does not declare "
                                 f"in grad_inputs/grad_output (while applying '{op.name}')", op=t._shape[2],
                                 arg="grad_inputs")
+            tensors.append(t)
+            meta = t._shape
+            shapes.append(meta[0])
+            dtypes.append(meta[1])
+            ins.append(t._array)
+            reads.append(t._var)
+            grads = grads or t.requires_grad
         site = _pool.current_site()
-        found = site.dispatch(op, tuple(t._shape[0] for t in tensors), tuple(t._shape[1] for t in tensors), attrs)
+        found = site.dispatch(op, tuple(shapes), tuple(dtypes), attrs)
         specs, engine = found.specs, _engine.default()
         if out is not None:  # each output written over an input (apply_)
             _check_inplace(op, tensors, out, specs)
             arrays, variables = [o._array for o in out], [o._var for o in out]
+        elif len(specs) == 1:
+            arrays, variables = found.outputs(), [engine.new_var()]
         else:
             arrays = found.outputs()
             variables = [engine.new_var() for _ in specs]
-        ins = [t._array for t in tensors]
-        engine.push(lambda: found.launch(ins, arrays), reads=[t._var for t in tensors], writes=variables,
+        engine.push(lambda: found.launch(ins, arrays), reads=reads, writes=variables,
                     name=op.name, inline=True)  # the kernel takes every core itself
         recorder = _recording._active
         if out is not None:
@@ -147,14 +157,12 @@ class Tensor(ValueOps):
             engine.wait_for_var(variables[1])
             arrays, variables = [actual_rows(*arrays)], variables[:1]
             specs = [(tuple(int(d) for d in arrays[0].shape), specs[0][1])]
-        record = False
-        if op.differentiable:
-            for t in tensors:
-                if t.requires_grad:
-                    record = grad_enabled()
-                    break
+        record = grads and op.differentiable and grad_enabled()
         node = _record(op, found.kernel.attrs, tensors, arrays, variables, specs, site) if record else None
         name = op.name
+        if len(specs) == 1 and recorder is None and not op.multi_output:
+            shape, dtype = specs[0]
+            return cls._wrap(arrays[0], variables[0], node, 0, record, (shape, dtype, name))
         outs = [cls._wrap(a, v, node, i, record, (s, d, name))
                 for i, (a, v, (s, d)) in enumerate(zip(arrays, variables, specs))]
         if recorder is not None:

@@ -114,7 +114,13 @@ class Engine:
         hand-off. A worker would only add a hand-off and take a core from
         the kernel. Other work (assembling the next batch) runs on the
         engine's worker threads, overlapping the pushing thread."""
-        self._push(fn, reads, writes, name=name or getattr(fn, "__name__", "op"), inline=inline)
+        if type(reads) not in (list, tuple):  # iterated more than once below
+            reads = tuple(reads)
+        if type(writes) not in (list, tuple):
+            writes = tuple(writes)
+        name = name or getattr(fn, "__name__", "op")
+        if not (inline and self._run_now(fn, reads, writes, name)):
+            self._push(fn, reads, writes, name=name, inline=inline)
 
     def push_async(self, fn: Callable[[Callable[[BaseException | None], None]], None], reads: Iterable[Var] = (),
                    writes: Iterable[Var] = (), on_complete: Callable[[], None] | None = None,
@@ -127,8 +133,6 @@ class Engine:
 
     def _push(self, fn, reads, writes, *, name: str, kind: str = WORK, is_async: bool = False,
               on_complete=None, inline: bool = False) -> None:
-        if inline and kind == WORK and not is_async and self._run_now(fn, reads, writes, name):
-            return
         inputs = tuple(dict.fromkeys(reads))
         writes = tuple(dict.fromkeys(writes))
         reads = tuple(v for v in inputs if v not in writes) if writes else inputs  # a read-write orders as a write
@@ -165,9 +169,9 @@ class Engine:
     def _run_now(self, fn, reads, writes, name: str) -> bool:
         """The inline path when nothing ``fn`` touches is pending or carries
         an error (an eager op's usual case): register it, run it here, retire
-        it (``_finish``); False (nothing done) otherwise: ``_push`` and ``_run``
-        without their general cases."""
-        writes = tuple(writes)
+        it; False (nothing done) otherwise: ``_push`` and ``_run`` without
+        their general cases, and ``_finish`` without those a clean inline run
+        cannot have (an error, ``on_complete``)."""
         with self._lock:
             for v in reads:
                 if v._last_write is not None or v._error is not None or v._deleted:
@@ -175,7 +179,10 @@ class Engine:
             for v in writes:
                 if v._last_write is not None or v._reads or v._deleted:
                     return False
-            reads = tuple(v for v in reads if v not in writes) if writes else tuple(reads)
+            for v in reads:
+                if v in writes:  # a read-write orders as a write
+                    reads = [r for r in reads if r not in writes]
+                    break
             op = _Op(fn, reads, writes, reads, WORK, False, None, name)
             for v in writes:
                 v._last_write = op
@@ -187,7 +194,30 @@ class Engine:
         except BaseException as exc:  # noqa: BLE001 - re-raised at the next wait
             self._finish(op, exc)
             return True
-        self._finish(op, None)
+        ready = []
+        with self._lock:
+            op.done = True
+            for v in writes:
+                v._error = None
+                if v._last_write is op:
+                    v._last_write = None
+            for v in reads:
+                pending = v._reads
+                if pending and pending[-1] is op:
+                    pending.pop()
+                elif op in pending:
+                    pending.remove(op)
+            for dep in op.dependents:  # pushed by another thread while fn ran
+                dep.pending -= 1
+                if dep.pending == 0:
+                    ready.append(dep)
+            op.dependents = []
+            op.fn = None
+            self._running -= 1
+            if not self._running and self._waiting:
+                self._idle.notify_all()
+        for dep in ready:
+            self._start(dep)
         return True
 
     # -- running ----------------------------------------------------------------------

@@ -205,14 +205,17 @@ def call(name: str, *inputs, **attrs):
     ``Tensor``, the exporter's traced value, or the test suite's evaluator —
     the one with the highest ``_kiln_priority`` when inputs mix kinds.
     """
-    op = get_op(name)
-    backends = [type(v) for v in inputs if hasattr(type(v), "_kiln_apply")]
-    if not backends:
+    op = _REGISTRY.get(name) if type(name) is str else None
+    if op is None:
+        op = get_op(name)
+    backend = None
+    for value in inputs:  # a backend that must see every op (the exporter's tracer) outranks eager ones
+        kind = type(value)
+        if kind is not backend and hasattr(kind, "_kiln_apply") and (
+                backend is None or getattr(kind, "_kiln_priority", 0) > getattr(backend, "_kiln_priority", 0)):
+            backend = kind
+    if backend is None:
         raise ShapeError("no input is a kiln value (a Tensor)", op=name, arg="inputs")
-    # A backend that must see every op (the exporter's tracer) outranks eager ones.
-    backend = backends[0]
-    if any(b is not backend for b in backends):
-        backend = max(backends, key=lambda b: getattr(b, "_kiln_priority", 0))
     return backend._kiln_apply(op, inputs, attrs)
 
 
