@@ -20,6 +20,7 @@ WORKLOADS = [
     Case("conv2d", [(2, 9, 7, 3), (3, 3, 3, 6)], attrs={"layout": "NHWC", "stride": 2}),
     Case("conv2d_backward_weight", [(2, 12, 7, 7), (2, 16, 7, 7)], attrs={"kernel": 3, "padding": 1}),
     Case("conv2d_backward_weight", [(3, 5, 9, 9), (3, 8, 5, 5)], attrs={"kernel": 3, "padding": 1, "stride": 2}),
+    Case("conv2d_backward_data", [(2, 32, 6, 6), (32, 64, 3, 3)], attrs={"in_size": 12, "padding": 1, "stride": 2}),
     Case("batch_norm_train", [(6, 5, 4, 8), (5,), (5,)], attrs={"eps": 1e-5}),
     Case("batch_norm_train_grad", [(6, 5, 4, 8), (6, 5, 4, 8), (5,), (5,), (5,)], attrs={"eps": 1e-5}),
 ]
@@ -38,3 +39,21 @@ def test_random_configs_match_numpy(case, seed):
     assert len(got) == len(want)
     for k, (g, w) in enumerate(zip(got, want)):  # each output of a multi-output op (the BatchNorm ones)
         assert_close(g, w, "float32", f"{case} output {k} with {config}")
+
+
+def test_strided_data_gradient_tasks_take_whole_phase_cycles():
+    """A strided conv2d_backward_data at batch 2 with several channel blocks:
+    one output row per task read another block's sub-kernel on the map's last
+    row (the index TVM flattened for its phase), so a task's rows are whole
+    cycles of the phases, and every such choice matches numpy."""
+    case = Case("conv2d_backward_data", [(2, 32, 6, 6), (32, 64, 3, 3)],
+                attrs={"in_size": 12, "padding": 1, "stride": 2})
+    space = Space(Task.create(case.op, case.shapes, case.dtype_list(), case.attrs))
+    rows = space.choices("task_rows")
+    assert rows == [2, 4, 6, 12]
+    arrays = random_inputs(case, np.random.default_rng(0))
+    op = get_op(case.op)
+    want = op.reference(*arrays, **op.parse_attrs(case.attrs))
+    for r in rows:
+        got = kiln.build(case.op, case.shapes, attrs=case.attrs, config={"task_rows": r, "tile_oc": 16})(*arrays)
+        assert_close(got, want, "float32", f"task_rows={r}")

@@ -20,7 +20,8 @@ FMAs for ``tile_ow + tile_oc / lanes`` loads.
 ``unroll_kw`` 1 to unroll the kernel-column loop.
 ``pack_w``    NCHW only: 1 to copy OIHW weights to ``[O / tile_oc, I, KH, KW,
               tile_oc]`` so the channel vector is contiguous (default 1).
-``task_rows`` output rows per parallel task (a divisor of the output height).
+``task_rows`` output rows per parallel task (a divisor of the output height;
+              whole cycles of the phases for a strided ``conv2d_backward_data``).
               A task pays a fixed cost (its padded rows, two workspace
               allocations for the padding and the accumulator tile, its
               write-back) that one row of a small map does not cover: on
@@ -92,10 +93,23 @@ def _divisor_tile(width: int | None, limit: int) -> int:
 TASK_MACS = 1 << 18
 
 
-def _default_task_rows(height: int | None, row_macs: int) -> int:
-    if height is None:
-        return 1
-    return max(d for d in range(1, height + 1) if height % d == 0 and (d == 1 or d * row_macs <= TASK_MACS))
+def _task_row_choices(height: int | None, stride: int) -> tuple:
+    """``task_rows``' values: the divisors of the output height; for a
+    strided ``conv2d_backward_data`` whose height the stride divides, only
+    whole cycles of its phases. A task then starts on phase 0 and a row's
+    phase is its offset in the task: with one row per task, the phase
+    ``(y + padding) % stride`` of a row taken from the fused parallel loop
+    was flattened by TVM 0.27 into an index that read the wrong channel
+    block's sub-kernel on a map's last row at batch 2 and above."""
+    rows = divisors(height)
+    whole = tuple(d for d in rows if d % stride == 0)
+    return whole if height and height % stride == 0 else rows
+
+
+def _default_task_rows(rows: tuple, row_macs: int) -> int:
+    """The most rows up to ``TASK_MACS`` multiply-adds, else the fewest."""
+    fit = [d for d in rows if d * row_macs <= TASK_MACS]
+    return max(fit) if fit else min(rows)
 
 
 def _budget(lanes: int) -> int:
@@ -162,7 +176,8 @@ def schedule_conv2d(sch, block, cfg: Config) -> NotApplicable | None:
     unroll_kw = cfg.define_knob("unroll_kw", (0, 1), default=1)
     h_ext = const_int(extent(sch, y))
     row_macs = z_ext * tile_oc * (work(sch, (r1, r2, r3)) or 1)
-    task_rows = cfg.define_knob("task_rows", divisors(h_ext), default=_default_task_rows(h_ext, row_macs))
+    rows = _task_row_choices(h_ext, cfg.workload.attrs["stride"][0] if taps is not None else 1)
+    task_rows = cfg.define_knob("task_rows", rows, default=_default_task_rows(rows, row_macs))
     pack_w = not packed and taps is None and cfg.define_knob("pack_w", (0, 1), default=int(nchw)) and nchw
     par = cfg.define_knob("parallel", (0, 1), default=1)
     pad = next((b for b in blocks(sch) if sch.get(b).name_hint.endswith("_pad")), None)
