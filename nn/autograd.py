@@ -59,19 +59,28 @@ def _record(op, attrs, tensors, arrays, variables, specs, site) -> _Node:
     inputs and outputs only the values the op's gradient declares it reads."""
     grad_inputs, grad_output = op.grad_saves(attrs)
     every = _keep_all or grad_inputs is None
-    keep_out = _keep_all or grad_output
     inputs, parents = [], []  # one loop: every op with an input that requires grad comes here
     for i, t in enumerate(tensors):
         meta = t._shape
         inputs.append((t._array, t._var, meta[0], meta[1]) if every or i in grad_inputs
                       else (None, None, meta[0], meta[1]))
-        parents.append(t._edge() if t.requires_grad else None)
+        if not t.requires_grad:
+            parents.append(None)
+        elif t._node is not None:
+            parents.append((t._node, t._index))
+        else:
+            parents.append(t._edge())
+    keep_out = _keep_all or grad_output
     if len(specs) == 1:
         (shape, dtype), = specs
-        outputs = [(arrays[0], variables[0], shape, dtype) if keep_out else (None, None, shape, dtype)]
+        outputs = ((arrays[0], variables[0], shape, dtype) if keep_out else (None, None, shape, dtype),)
     else:
-        outputs = [(a, v, s, d) if keep_out else (None, None, s, d) for a, v, (s, d) in zip(arrays, variables, specs)]
-    return _Node(op, attrs, parents, inputs, outputs, site=site)
+        outputs = tuple((a, v, s, d) if keep_out else (None, None, s, d)
+                        for a, v, (s, d) in zip(arrays, variables, specs))
+    node = _Node.__new__(_Node)  # the fields directly: __init__'s conversions cost a microsecond here
+    node.op, node.attrs, node.parents, node.inputs, node.outputs = op, attrs, tuple(parents), tuple(inputs), outputs
+    node.leaf, node.site = None, site
+    return node
 
 
 def saved_bytes(t) -> int:

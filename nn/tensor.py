@@ -39,6 +39,7 @@ from ..te import call, get_op
 from ..te.value import ValueOps
 from . import capture as _capture
 from . import record as _recording
+from .autograd import _state as _grad_state
 from .autograd import (_Node, _record, _topological, grad_enabled, keep_all_for_backward,  # noqa: F401
                        no_grad, saved_bytes)
 
@@ -137,17 +138,16 @@ class Tensor(ValueOps):
             grads = grads or t.requires_grad
         site = _pool.current_site()
         found = site.dispatch(op, tuple(shapes), tuple(dtypes), attrs)
-        specs, engine = found.specs, _engine.default()
+        specs, engine = found.specs, _engine._default or _engine.default()
+        # run inline: the kernel takes every core itself
         if out is not None:  # each output written over an input (apply_)
             _check_inplace(op, tensors, out, specs)
             arrays, variables = [o._array for o in out], [o._var for o in out]
-        elif len(specs) == 1:
-            arrays, variables = found.outputs(), [engine.new_var()]
+            engine.push(lambda: found.launch(ins, arrays), reads=reads, writes=variables, name=op.name, inline=True)
         else:
             arrays = found.outputs()
-            variables = [engine.new_var() for _ in specs]
-        engine.push(lambda: found.launch(ins, arrays), reads=reads, writes=variables,
-                    name=op.name, inline=True)  # the kernel takes every core itself
+            variables = [engine.new_var()] if len(specs) == 1 else [engine.new_var() for _ in specs]
+            engine.push_new(lambda: found.launch(ins, arrays), reads, variables, op.name)
         recorder = _recording._active
         if out is not None:
             if recorder is not None:
@@ -157,12 +157,15 @@ class Tensor(ValueOps):
             engine.wait_for_var(variables[1])
             arrays, variables = [actual_rows(*arrays)], variables[:1]
             specs = [(tuple(int(d) for d in arrays[0].shape), specs[0][1])]
-        record = grads and op.differentiable and grad_enabled()
+        record = grads and op.differentiable and getattr(_grad_state, "grad", True)  # grad_enabled(), inline
         node = _record(op, found.kernel.attrs, tensors, arrays, variables, specs, site) if record else None
         name = op.name
-        if len(specs) == 1 and recorder is None and not op.multi_output:
-            shape, dtype = specs[0]
-            return cls._wrap(arrays[0], variables[0], node, 0, record, (shape, dtype, name))
+        if len(specs) == 1 and recorder is None and not op.multi_output:  # _wrap's body, without its call
+            (shape, dtype), = specs
+            t = cls.__new__(cls)
+            t._array, t._var, t._node, t._index = arrays[0], variables[0], node, 0
+            t._shape, t.requires_grad, t.grad = (shape, dtype, name), record, None
+            return t
         outs = [cls._wrap(a, v, node, i, record, (s, d, name))
                 for i, (a, v, (s, d)) in enumerate(zip(arrays, variables, specs))]
         if recorder is not None:

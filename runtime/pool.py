@@ -134,12 +134,15 @@ class Dispatch:
 
     def outputs(self) -> list:
         """Fresh, uninitialized output tensors."""
+        if len(self._alloc) == 1:  # most ops: no comprehension (a frame of its own)
+            (shape, dtype), = self._alloc
+            return [_ALLOC(shape, dtype, self._device, None)]
         return [_ALLOC(shape, dtype, self._device, None) for shape, dtype in self._alloc]
 
     def launch(self, inputs, outputs) -> None:
         """Run the kernel on device tensors of this signature."""
         if not self.empty:
-            self.kernel.launch(inputs, outputs, checked=True)
+            self.kernel.launch(inputs, outputs, True)  # checked: no output is empty
 
 
 class Site:

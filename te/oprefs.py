@@ -19,7 +19,7 @@ from __future__ import annotations
 import sys
 
 from ..errors import OpNotFoundError
-from .registry import call, list_ops
+from .registry import _REGISTRY, call, get_op, list_ops
 
 
 class OpRef:
@@ -40,6 +40,11 @@ class OpRef:
 
     def __call__(self, *inputs, **attrs):
         return call(self.name, *inputs, **attrs)
+
+    @property
+    def op(self):
+        """The registered ``Op`` (for a caller that knows its backend)."""
+        return _REGISTRY.get(self.name) or get_op(self.name)
 
     def __repr__(self) -> str:
         return f"<op_ref {self.name!r} in {self.module}>"

@@ -90,6 +90,9 @@ class ValueOps:
     __hash__ = object.__hash__
 
     def _binary(self, other, op: _Binary, reverse: bool = False):
+        kind = type(self)
+        if type(other) is kind and hasattr(kind, "_kiln_apply"):  # one backend: ``call`` would pick it
+            return kind._kiln_apply(op.values.op, (other, self) if reverse else (self, other), {})
         if isinstance(other, (ValueOps, np.ndarray)):
             a, b = (other, self) if reverse else (self, other)
             return op.values(a, b)
