@@ -157,3 +157,54 @@ def test_serial_engine_runs_inline_in_push_order():
     var, log = eng.new_var(), []
     eng.push(lambda: log.append(threading.current_thread().name), writes=[var])
     assert log == [threading.current_thread().name]  # already ran, here
+
+
+def test_push_new_runs_inline_and_orders_a_concurrent_writer_after_its_read(engine):
+    """``push_new`` (an eager op's path: its writes are new vars) runs here at
+    once; a writer of a var it reads, pushed by another thread while it runs,
+    waits for it; a pending writer of such a var makes it wait in turn."""
+    src, out, log = engine.new_var(), engine.new_var(), []
+    started, release = threading.Event(), threading.Event()
+
+    def reading():
+        log.append(("read", threading.current_thread().name))
+        started.set()
+        release.wait(5)
+        log.append(("read done", None))
+
+    def other_thread():
+        started.wait(5)
+        engine.push(lambda: log.append(("write", None)), writes=[src])
+        time.sleep(0.05)  # the writer would have run by now, were it not ordered after the read
+        release.set()
+
+    helper = threading.Thread(target=other_thread)
+    helper.start()
+    engine.push_new(reading, [src], [out], "read")
+    helper.join()
+    engine.wait_for_var(src)
+    assert log[0] == ("read", threading.current_thread().name)
+    assert [e for e, _ in log] == ["read", "read done", "write"]
+
+    gate = threading.Event()
+    engine.push(lambda: gate.wait(5), writes=[src])  # pending: push_new must not run now
+    later = engine.new_var()
+    engine.push_new(lambda: log.append(("after", None)), [src], [later], "after")
+    assert log[-1] == ("write", None)
+    gate.set()
+    engine.wait_for_var(later)
+    assert log[-1] == ("after", None)
+
+
+def test_push_new_error_reaches_its_outputs(engine):
+    src, out = engine.new_var(), engine.new_var()
+
+    def failing():
+        raise ValueError("boom")
+
+    engine.push_new(failing, [src], [out], "failing")
+    with pytest.raises(ValueError, match="boom"):
+        engine.wait_for_var(out)
+    engine.wait_for_var(src)  # the read left no error behind
+    with pytest.raises(ValueError):
+        engine.wait_for_all()
