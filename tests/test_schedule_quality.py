@@ -1,6 +1,8 @@
 """No op runs as a naive serial loop nest: at realistic sizes every family
 compiles to a kernel with a parallel loop and a vectorized loop (for the
 data-dependent family, the copies around its one serial compaction loop)."""
+import re
+
 import pytest
 
 import kiln
@@ -94,3 +96,18 @@ def test_slices_of_the_weight_gradient_only_where_the_result_is_smaller_than_gy(
     deep = kiln.build("conv2d_backward_weight", [(8, 512, 7, 7), (8, 512, 7, 7)], attrs={"kernel": 3, "padding": 1})
     assert wide.resolved_config()["chunks"] > 1
     assert deep.resolved_config()["chunks"] == 1
+
+
+@pytest.mark.parametrize("width", [14, 28])
+def test_strided_data_gradient_tiles_are_phase_aligned_over_blocked_sub_kernels(width):
+    """A stride-2 conv2d_backward_data: its register tile is a multiple of the
+    stride wide (each column's sub-kernel a constant of the micro-kernel) and
+    its sub-kernels are stored in blocks of the tile's channels (C / tile,
+    sh, sw, O, TH, TW, tile), streamed from consecutive addresses."""
+    kernel = kiln.build("conv2d_backward_data", [(1, 64, width // 2, width // 2), (64, 32, 3, 3)],
+                        attrs={"in_size": width, "stride": 2, "padding": 1})
+    config = kernel.resolved_config()
+    assert config["tile_ow"] % 2 == 0 and width % config["tile_ow"] == 0, config
+    shape = re.findall(r"conv2d_backward_data_taps = T.sblock_alloc_buffer\(\(([^)]*)\)", kernel.script())
+    tile = config["tile_oc"]
+    assert shape == [f"{32 // tile}, 2, 2, 64, 2, 2, {tile}"], (shape, config)

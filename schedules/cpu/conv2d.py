@@ -16,7 +16,9 @@ FMAs for ``tile_ow + tile_oc / lanes`` loads.
               accumulators that fit the vector registers among those whose
               width divides the output width (a tail would be predicated in
               the micro-kernel), two channel vectors preferred: 4 x 16 for a
-              56-wide map on AVX2, 7 x 8 for a 14-wide one.
+              56-wide map on AVX2, 7 x 8 for a 14-wide one. A strided
+              ``conv2d_backward_data``'s tile is a multiple of the stride
+              wide (14 x 8 for a 14-wide map) and may use every register.
 ``unroll_kw`` 1 to unroll the kernel-column loop.
 ``pack_w``    NCHW only: 1 to copy OIHW weights to ``[O / tile_oc, I, KH, KW,
               tile_oc]`` so the channel vector is contiguous (default 1).
@@ -27,14 +29,16 @@ FMAs for ``tile_ow + tile_oc / lanes`` loads.
               write-back) that one row of a small map does not cover: on
               8x8 maps a row is 37K multiply-adds for 16 -> 32 channels.
               Default: the most rows up to ``TASK_MACS`` multiply-adds per
-              task (1 for ResNet-sized rows).
+              task (1 for ResNet-sized rows; ``PHASED_TASK_MACS`` for a
+              strided ``conv2d_backward_data``).
 ``parallel``  1 to run (batch, channel block, row block) on the thread pool.
 ``pad_at``    1 to zero-pad each task's input rows inside the task (one
               parallel region per call, the rows still in cache when the
               micro-kernel reads them), 0 for a padding stage of its own.
 
 A strided ``conv2d_backward_data`` reads its per-phase sub-kernels (the
-``_taps`` stage, output channels innermost) as they are: no ``pack_w``.
+``_taps`` stage, output channels innermost), stored in blocks of ``tile_oc``
+channels: no ``pack_w``.
 
 ``conv2d_packed`` reads a weight already in the ``pack_w`` layout (packed once,
 by ``pack_conv2d_weight``): it has no ``pack_w`` knob and no pack stage, and
@@ -65,27 +69,45 @@ from ..generic import schedule_injective
 from ..util import blocks, const_int, divisors, extent, work
 
 
-def _default_tiles(channels: int | None, width: int | None, lanes: int, budget: int) -> tuple[int, int]:
+def _default_tiles(channels: int | None, width: int | None, lanes: int, budget, step: int = 1) -> tuple[int, int]:
     """(tile_oc, tile_ow): the register tile with the most accumulators within
-    ``budget`` whose width divides the output width (a tail tile would be
-    predicated inside the micro-kernel); two channel vectors preferred, as
-    they halve the broadcasts per FMA."""
-    if channels is not None and channels < lanes:
-        return channels, _divisor_tile(width, budget)
-    best = None
-    for vectors in (2, 1):
-        if channels is not None and channels % (vectors * lanes):
-            continue
-        ow = _divisor_tile(width, budget // vectors)
-        if best is None or ow * vectors > best[0]:
-            best = (ow * vectors, vectors * lanes, ow)
-    return (best[1], best[2]) if best else (lanes, _divisor_tile(width, budget))
+    ``budget(vectors)`` whose width divides the output width (a tail tile
+    would be predicated inside the micro-kernel); two channel vectors
+    preferred, as they halve the broadcasts per FMA. With a ``step`` (a
+    strided data gradient's tiles, a multiple of the stride wide): of the
+    tiles with enough accumulators to hide the FMA latency, the one with the
+    fewest loads per FMA (on AVX2, 2 vectors x 4 columns at 56 and 28 wide
+    ran 1.1-1.2x one vector x 14, and one vector x 14 at 14 wide 1.6x two
+    vectors x 2)."""
+    if channels is not None and channels < lanes:  # the conv's budget (3 x 14 ran at half 3 x 8's rate)
+        return channels, _divisor_tile(width, _budget(lanes)(1), step)
+    tiles = [(vectors, _divisor_tile(width, budget(vectors), step)) for vectors in (2, 1)
+             if channels is None or channels % (vectors * lanes) == 0]
+    if not tiles:
+        return lanes, _divisor_tile(width, budget(1), step)
+
+    def merit(tile):
+        vectors, ow = tile
+        if step == 1:
+            return vectors * ow, vectors
+        return vectors * ow >= LATENCY_ACCUMULATORS, -(vectors + ow) / (vectors * ow), vectors * ow
+
+    vectors, ow = max(tiles, key=merit)
+    return vectors * lanes, ow
 
 
-def _divisor_tile(width: int | None, limit: int) -> int:
+#: accumulators that keep both FMA pipes busy through the FMA latency (2 x 4 cycles)
+LATENCY_ACCUMULATORS = 8
+
+
+def _divisor_tile(width: int | None, limit: int, step: int = 1) -> int:
+    """The widest tile up to ``limit`` that divides ``width``, a multiple of
+    ``step`` if one is."""
+    limit = max(1, limit)
     if width is None:
         return min(8, limit)
-    return max(d for d in range(1, max(1, min(width, limit)) + 1) if width % d == 0)
+    fits = [d for d in range(1, min(width, limit) + 1) if width % d == 0]
+    return max([d for d in fits if d % step == 0] or fits)
 
 
 #: multiply-adds a task's rows may add up to by default (``task_rows``): enough
@@ -106,16 +128,30 @@ def _task_row_choices(height: int | None, stride: int) -> tuple:
     return whole if height and height % stride == 0 else rows
 
 
-def _default_task_rows(rows: tuple, row_macs: int) -> int:
-    """The most rows up to ``TASK_MACS`` multiply-adds, else the fewest."""
-    fit = [d for d in rows if d * row_macs <= TASK_MACS]
+#: the same for a strided data gradient, measured on ResNet-18's stride-2 layers (AVX2, batch 8): tasks of
+#: 14 rows (6.4M multiply-adds) ran 1.15-1.3x tasks of 2 on all three (68-76 -> 86-89 GFLOPS)
+PHASED_TASK_MACS = 1 << 23
+
+
+def _default_task_rows(rows: tuple, row_macs: int, limit: int = TASK_MACS) -> int:
+    """The most rows up to ``limit`` multiply-adds, else the fewest."""
+    fit = [d for d in rows if d * row_macs <= limit]
     return max(fit) if fit else min(rows)
 
 
-def _budget(lanes: int) -> int:
-    """Accumulators the micro-kernel may keep: most of the 32 (AVX-512) or 16
-    (AVX2) vector registers, the rest left for the weight vectors and a broadcast."""
-    return 24 if lanes >= 16 else 12
+def _budget(lanes: int, phased: bool = False):
+    """Output columns a tile of ``vectors`` channel vectors may have: for a
+    conv, 24 (AVX-512) or 12 (AVX2) accumulators in all, most of the 32 or
+    16 vector registers, the rest left for the weight vectors and a
+    broadcast; for a strided ``conv2d_backward_data``, every register but the
+    weight vectors and a broadcast (its tiles are narrow: on a 14-wide map,
+    one vector by 14 columns ran at 1.4x one vector by 7, whose columns
+    alternate phases)."""
+    if phased:
+        registers = 32 if lanes >= 16 else 16
+        return lambda vectors: (registers - vectors - 1) // vectors
+    total = 24 if lanes >= 16 else 12
+    return lambda vectors: total // vectors
 
 
 def packed_channels(workload: Workload, target) -> int:
@@ -162,22 +198,25 @@ def schedule_conv2d(sch, block, cfg: Config) -> NotApplicable | None:
     z_ext = const_int(extent(sch, z))
     if o_ext is None or z_ext is None:
         return NOT_APPLICABLE
-    budget = _budget(lanes)
-
-    oc_default, ow_default = _default_tiles(o_ext, z_ext, lanes, budget)
+    budget = _budget(lanes, phased=taps is not None)
+    # a strided data gradient: a tile as wide as a multiple of the stride, so each column's phase (its
+    # sub-kernel and its missing taps) is a constant of the unrolled micro-kernel, not computed per column
+    step = cfg.workload.attrs["stride"][1] if taps is not None else 1
+    oc_default, ow_default = _default_tiles(o_ext, z_ext, lanes, budget, step)
     if packed:
         tile_oc = static(cfg.workload.shapes[1][4])
     else:
         tile_oc = cfg.define_knob("tile_oc", tuple(sorted({lanes, 2 * lanes, 3 * lanes, 4 * lanes, oc_default})),
                                   default=oc_default)
     vectors = max(1, -(-tile_oc // lanes))
-    ow_fit = _divisor_tile(z_ext, max(1, budget // vectors)) if tile_oc != oc_default else ow_default
+    ow_fit = _divisor_tile(z_ext, budget(vectors), step) if tile_oc != oc_default else ow_default
     tile_ow = cfg.define_knob("tile_ow", tuple(range(1, 17)), default=ow_fit)
     unroll_kw = cfg.define_knob("unroll_kw", (0, 1), default=1)
     h_ext = const_int(extent(sch, y))
     row_macs = z_ext * tile_oc * (work(sch, (r1, r2, r3)) or 1)
     rows = _task_row_choices(h_ext, cfg.workload.attrs["stride"][0] if taps is not None else 1)
-    task_rows = cfg.define_knob("task_rows", rows, default=_default_task_rows(rows, row_macs))
+    task_rows = cfg.define_knob("task_rows", rows, default=_default_task_rows(
+        rows, row_macs, TASK_MACS if taps is None else PHASED_TASK_MACS))
     pack_w = not packed and taps is None and cfg.define_knob("pack_w", (0, 1), default=int(nchw)) and nchw
     par = cfg.define_knob("parallel", (0, 1), default=1)
     pad = next((b for b in blocks(sch) if sch.get(b).name_hint.endswith("_pad")), None)
@@ -219,13 +258,29 @@ def schedule_conv2d(sch, block, cfg: Config) -> NotApplicable | None:
         sch.vectorize(own[-1])
     if pack_w:
         _schedule_pack(sch, pack, tile_oc, lanes, transposed)
-    if taps is not None:  # the sub-kernels, channels innermost already: no pack
-        schedule_injective(sch, taps, cfg, "taps.")
+    if taps is not None:
+        _schedule_taps(sch, taps, tile_oc, o_ext, cfg)
     if pad_at:  # each task pads the input rows it reads, right before it reads them
         sch.compute_at(pad, outer)
         sch.vectorize(sch.get_loops(pad)[-1])
     elif pad is not None:
         schedule_injective(sch, pad, cfg, "pad.")
+
+
+def _schedule_taps(sch, taps, tile_oc: int, channels: int, cfg: Config) -> None:
+    """The per-phase sub-kernels (sh, sw, O, TH, TW, C), stored in blocks of
+    ``tile_oc`` channels (C / tile_oc, sh, sw, O, TH, TW, tile_oc) when the
+    tile divides C, so a register tile streams its weight vectors from
+    consecutive addresses, as a packed forward weight does (C innermost, a
+    tile's successive vectors lay C elements apart: on 128 -> 256 channels at
+    28x28 the kernel ran at a third of the forward's rate)."""
+    if channels % tile_oc == 0 and channels > tile_oc:
+        sch.transform_layout(taps, ("write", 0),
+                             lambda ph, pw, k, t, u, ci: (ci // tile_oc, ph, pw, k, t, u, ci % tile_oc))
+        *outer, ci = sch.get_loops(taps)
+        cb, cl = sch.split(ci, [None, tile_oc])
+        sch.reorder(cb, *outer, cl)
+    schedule_injective(sch, taps, cfg, "taps.")
 
 
 def _schedule_pack(sch, pack, tile_oc: int, lanes: int, transposed: bool) -> None:

@@ -68,7 +68,7 @@ def schedule_conv2d_backward_weight(sch, block, cfg: Config) -> NotApplicable | 
     rows = sorted({d for d in divisors(kw)} | {kw * m for m in divisors(kh)} | {kh * kw * m for m in divisors(c_ext)})
 
     def fitting(t: int) -> int:  # the most (c, i, j) rows whose accumulators fit beside tile_o = t
-        return max([d for d in rows if d * -(-t // lanes) <= _budget(lanes)] or [1])
+        return max([d for d in rows if d <= _budget(lanes)(-(-t // lanes))] or [1])
 
     tile_o = cfg.define_knob("tile_o", options, default=max(
         options, key=lambda t: (fitting(t) * -(-t // lanes), t)))  # most accumulators; then fewer broadcasts
