@@ -19,10 +19,11 @@ from ..timing import calls_sampler, compare, kernel_sampler
 MATMULS = [((256, 256, 256), 0.95), ((1024, 1024, 1024), 0.95), ((2048, 2048, 2048), 0.95),
            ((1000, 1000, 1000), 0.8), ((129, 1000, 257), 0.8), ((128, 512, 10), 0.8)]
 DENSE = ((128, 784, 512), 1.1)
-CONV_LAYERS = [  # (C, H, O, K, stride, pad): ResNet-18's 3x3 layers, a downsampling layer and its 1x1 shortcut,
-    # the stem
+CONV_LAYERS = [  # (C, H, O, K, stride, pad): ResNet-18's 3x3 layers, its three stride-2 3x3 layers, the first's
+    # 1x1 shortcut, the stem
     (64, 56, 64, 3, 1, 1), (128, 28, 128, 3, 1, 1), (256, 14, 256, 3, 1, 1), (512, 7, 512, 3, 1, 1),
-    (64, 56, 128, 3, 2, 1), (64, 56, 128, 1, 2, 0), (3, 224, 64, 7, 2, 3)]
+    (64, 56, 128, 3, 2, 1), (128, 28, 256, 3, 2, 1), (256, 14, 512, 3, 2, 1), (64, 56, 128, 1, 2, 0),
+    (3, 224, 64, 7, 2, 3)]
 CONV_BATCHES, CONV_TARGET, CONV_GRAD_TARGET = (1, 8), 0.85, 0.8
 STREAM_ELEMENTS, STREAM_TARGET = 1 << 24, 0.8
 SOFTMAX, SOFTMAX_TARGET = [(1024, 1024), (16384, 1024)], 1.0
