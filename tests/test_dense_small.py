@@ -140,6 +140,18 @@ def test_a_large_b_is_split_among_the_threads_by_columns():
     np.testing.assert_allclose(rows(x, w, b), large(x, w, b), rtol=1e-5, atol=1e-5)
 
 
+def test_a_prime_count_of_panels_keeps_the_row_split():
+    """17 panels split into 17 column ranges of one: each range packed A's
+    block again. With no divisor making a few ranges, the rows are split."""
+    width = panel_width(1000, "float32", CPU)
+    n = 17 * width - 3  # 17 panels, the last one padded
+    kernel = kiln.build("matmul", [(129, 1000), (1000, n)])
+    config = kernel.resolved_config()
+    assert config["cols_first"] == 0 and config["block_n"] == 17, config
+    a, b = (np.random.default_rng(0).standard_normal(s).astype("float32") for s in ((129, 1000), (1000, n)))
+    np.testing.assert_allclose(kernel(a, b), a @ b, rtol=1e-4, atol=1e-3)
+
+
 @pytest.mark.parametrize("op, shapes, attrs", [
     ("dense", [(50, 512), (512, 10), (10,)], {}),
     ("matmul", [(128, 50), (128, 10)], {"transpose_a": True}),  # a weight gradient: A^T of the activations

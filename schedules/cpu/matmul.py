@@ -51,7 +51,8 @@ The GotoBLAS/BLIS recipe, one knob per decision. Loops, outermost first::
               Default: 1 in parallel when B is over ``COLS_FIRST_BYTES``
               (``block_n`` then 1/cores of the panels); 16 rows of
               784 -> 512 on 2 threads 76 -> 62 us, 128 rows 419 -> 349 us;
-              a small B fits every core's cache and keeps the row split.
+              a small B fits every core's cache and keeps the row split, as
+              does a prime count of panels (``_column_range``).
 ``parallel``  1 to run the tasks on the thread pool.
 ``few_rows``  1 for a GEMV-shaped schedule for a few rows (a batch of 1-8):
               ``tile_m`` the rows themselves (no padding to a tall tile; 1
@@ -178,11 +179,11 @@ def schedule_matmul(sch, block, cfg: Config) -> None:
     row_tasks = _count(batch_ext) * -(-m_tiles // block_m) if m_tiles and None not in batch_ext else None
     row_tasks = row_tasks or (1 if few else None)  # few rows: the columns give the threads their work
     b_bytes = (k_pad or 0) * (n_ext or 0) * elem
+    split = _column_range(n_panels, cfg.target.cores)
     cols_first = cfg.define_knob("cols_first", (0, 1), default=int(
-        bool(par) and not few and b_bytes > COLS_FIRST_BYTES and (n_panels or 0) >= cfg.target.cores))
+        bool(par) and not few and b_bytes > COLS_FIRST_BYTES and split is not None))
     block_n = cfg.define_knob("block_n", divisors(n_panels), default=(
-        _column_range(n_panels, cfg.target.cores) if cols_first
-        else _default_block_n(n_panels, row_tasks, cfg.target.cores)))
+        split if cols_first and split else _default_block_n(n_panels, row_tasks, cfg.target.cores)))
 
     packs = [_pack(sch, red, 0, tile_m, cfg, transposed="transpose_a") if pack_a else None,
              _pack(sch, red, 1, tile_n, cfg, transposed="transpose_b") if pack_b else None]
@@ -245,9 +246,15 @@ def _default_block_m(m_tiles, row_bytes: int, batch_ext, cores: int) -> int:
     return max(b for b in divisors(m_tiles) if b <= min(fit, even))
 
 
-def _column_range(n_panels: int, cores: int) -> int:
-    """Panels per column range when each thread takes one: 1/cores of them."""
-    return max(b for b in divisors(n_panels) if n_panels // b >= cores)
+def _column_range(n_panels: int | None, cores: int) -> int | None:
+    """Panels per column range when each thread takes one: 1/cores of them;
+    None when no divisor makes at most 2 x cores ranges (a prime count of
+    panels): each range packs A's block again (129 x 1000 x 257 on AVX2, 17
+    ranges of one panel: 90 GFLOPS, one range: 127)."""
+    if not n_panels or n_panels < cores:
+        return None
+    width = max(b for b in divisors(n_panels) if n_panels // b >= cores)
+    return width if n_panels // width <= 2 * cores else None
 
 
 def _default_block_n(n_panels, row_tasks, cores: int) -> int:
