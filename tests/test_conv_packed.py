@@ -178,6 +178,26 @@ def test_padding_runs_inside_each_task_with_pad_at(pad_at):
     assert kiln.build("conv2d", [(sym("n"), 16, 8, 8), w.shape], attrs={"padding": 1}).resolved_config()["pad_at"] == 1
 
 
+@pytest.mark.parametrize("op, shapes, attrs, many", [
+    ("conv2d", [(1, 64, 56, 56), (64, 64, 3, 3)], {"padding": 1}, False),  # 4 channel blocks: 12 copies
+    ("conv2d", [(1, 512, 7, 7), (512, 512, 3, 3)], {"padding": 1}, True),  # 64 blocks of 8 or 32 of 16
+    ("conv2d_backward_data", [(1, 512, 7, 7), (512, 512, 3, 3)], {"in_size": 7, "padding": 1}, True),
+    ("conv2d", [(1, 128, 28, 28), (256, 128, 3, 3)], {"padding": 1, "stride": 2}, False),
+])
+def test_pad_at_default_counts_the_copies_of_each_padded_row(op, shapes, attrs, many):
+    """pad_at by default while the tasks copy each padded input row at most
+    PAD_AT_COPIES times: an NCHW task pads every input channel for its block
+    of output channels, so deep layers with many blocks pad once instead."""
+    from kiln.schedules.cpu.conv2d import PAD_AT_COPIES, _pad_copies
+
+    kernel = kiln.build(op, shapes, attrs=attrs)
+    config = kernel.resolved_config()
+    channels = shapes[1][1] if op == "conv2d_backward_data" else shapes[1][0]
+    parsed = kiln.te.get_op(op).parse_attrs(attrs)
+    copies = _pad_copies(parsed, -(-channels // config["tile_oc"]), config["task_rows"], 3)
+    assert (copies > PAD_AT_COPIES) == many and config["pad_at"] == int(not many), (copies, config)
+
+
 @pytest.mark.parametrize("layout, x_shape, w_shape, stride", [
     ("NCHW", (3, 16, 8, 8), (32, 16, 3, 3), 1),
     ("NCHW", (2, 5, 9, 7), (16, 5, 3, 3), 2),

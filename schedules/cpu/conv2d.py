@@ -35,6 +35,15 @@ FMAs for ``tile_ow + tile_oc / lanes`` loads.
 ``pad_at``    1 to zero-pad each task's input rows inside the task (one
               parallel region per call, the rows still in cache when the
               micro-kernel reads them), 0 for a padding stage of its own.
+              Default 1 while the tasks copy each padded row at most
+              ``PAD_AT_COPIES`` times (an NCHW task pads every input channel
+              for one block of output channels): ResNet-18's 3x3 layers on
+              AVX2, forward and data gradient, 64x56 152 vs 123 GFLOPS with
+              it, 128x28 154 vs 141, and without it 256x14 150-156 vs
+              126-131, 512x7 111-140 vs 92-112 (12, 24, 96 and 192 copies);
+              stride 2, 128x28 -> 256 117 vs 110 with it (48 copies),
+              256x14 -> 512 131 vs 100 without (96). A strided data gradient
+              keeps 1 (256x14 -> 512: 85 vs 55).
 
 A strided ``conv2d_backward_data`` reads its per-phase sub-kernels (the
 ``_taps`` stage, output channels innermost), stored in blocks of ``tile_oc``
@@ -139,6 +148,20 @@ def _default_task_rows(rows: tuple, row_macs: int, limit: int = TASK_MACS) -> in
     return max(fit) if fit else min(rows)
 
 
+#: ``pad_at``'s default: 1 while the tasks copy each padded input row at most this many times in all
+PAD_AT_COPIES = 64
+
+
+def _pad_copies(attrs, blocks: int, task_rows: int, kernel_rows: int | None) -> float:
+    """How many times ``pad_at``'s tasks copy each padded input row: once per
+    channel block (NCHW: a task is one block's rows, and pads every input
+    channel), times the rows a task reads over the rows it advances by (the
+    kernel's rows overlap the next task's)."""
+    step = attrs.get("stride", (1, 1))[0] if "in_size" not in attrs else 1  # a data gradient's placed grid: 1
+    span = ((kernel_rows or 1) - 1) * attrs.get("dilation", (1, 1))[0] + 1
+    return blocks * (task_rows * step + max(span - step, 0)) / (task_rows * step)
+
+
 def _budget(lanes: int, phased: bool = False):
     """Output columns a tile of ``vectors`` channel vectors may have: for a
     conv, 24 (AVX-512) or 12 (AVX2) accumulators in all, most of the 32 or
@@ -220,7 +243,9 @@ def schedule_conv2d(sch, block, cfg: Config) -> NotApplicable | None:
     pack_w = not packed and taps is None and cfg.define_knob("pack_w", (0, 1), default=int(nchw)) and nchw
     par = cfg.define_knob("parallel", (0, 1), default=1)
     pad = next((b for b in blocks(sch) if sch.get(b).name_hint.endswith("_pad")), None)
-    pad_at = pad is not None and cfg.define_knob("pad_at", (0, 1), default=1)
+    pad_at = pad is not None and cfg.define_knob("pad_at", (0, 1), default=int(
+        taps is not None or _pad_copies(cfg.workload.attrs, -(-o_ext // tile_oc) if nchw else 1, task_rows,
+                                        const_int(extent(sch, r2 if nchw else r1))) <= PAD_AT_COPIES))
 
     if pack_w:
         pack = sch.cache_read(conv, 1, "global")
