@@ -44,15 +44,24 @@ def test_large_kernels_are_parallel_and_vectorized(op, shapes, attrs):
     ("add", [(8, 64, 7, 7), (8, 64, 7, 7)], {}, True),       # elementwise: the fused index is every buffer's
     ("add", [(64, 32, 8, 8), (1, 32, 1, 1)], {}, True),      # a vector stays within one channel's 8x8 map
     ("add", [(8, 64, 7, 7), (1, 64, 1, 1)], {}, False),      # it would cross channels: a division per lane
-    ("pad", [(500, 500)], {"pad_width": ((1, 1), (2, 1))}, False),  # rows of 503 elements
+    ("pad", [(500, 500)], {"pad_width": ((1, 1), (2, 1))}, False),  # rows of 503 (prime): scalar rows
+    ("pad", [(8, 64, 56, 56)], {"pad_width": ((0, 0), (0, 0), (1, 1), (1, 1))}, True),  # rows of 58, each a vector
+    ("conv2d_backward_weight", [(64, 16, 8, 8), (64, 32, 8, 8)], {"kernel": 3, "padding": 1}, True),
     ("transpose", [(8, 64, 56, 56)], {"axes": (0, 2, 3, 1)}, True),  # rows of 64 channels
 ])
 def test_a_vector_never_computes_its_lanes_indices_apart(op, shapes, attrs, vectorized):
     """Injective kernels are vectorized only where a vector's lanes address
     each buffer affinely (measured: a per-channel bias on 7x7 maps 3x and a
-    pad 1.5x slower vectorized across rows than scalar)."""
-    script = kiln.build(op, shapes, attrs=attrs).script()
+    pad 1.5x slower vectorized across rows than scalar); a vector that would
+    cross rows keeps to its row instead (``rows``), and no lane of a
+    zero-padding stage computes its column with a division."""
+    kernel = kiln.build(op, shapes, attrs=attrs)
+    script = kernel.script()
     assert ("T.vectorized" in script) == vectorized, script
+    pad = re.search(r'T.sblock\("\w*_pad"\)(.*?)T.reads', script, re.S)
+    if pad is not None:  # the column comes straight from the row's loop
+        column = re.findall(r"T.axis.spatial\(\d+, (.*)\)", pad.group(1))[-1]
+        assert "//" not in column and "%" not in column, pad.group(1)
 
 
 def test_a_fused_update_is_one_pass_over_memory():

@@ -8,8 +8,9 @@ whose M is (C, KH, KW), whose N is the output channels (contiguous in
 vectors per row): each reduction step loads ``tile_o / lanes`` vectors of
 ``gyt`` and broadcasts ``tile_ck`` input values. The (C, KH, KW) x O blocks
 run in parallel; the transposes in (``gy`` to ``gyt``) and out (``acc`` to
-OIHW, unless the tiles write OIHW themselves: ``direct_out``) are parallel
-injective loops, the padding a serial one (every tile reads all of it).
+OIHW, unless the tiles write OIHW themselves: ``direct_out``) and the
+padding are parallel injective loops (the padding by rows: ``rows`` in
+``kiln.schedules.generic``).
 
 ``tile_o``    output channels per tile: one or two vectors (all of O when it
               is less than a vector). Default: the one whose tile holds the
@@ -121,9 +122,6 @@ def schedule_conv2d_backward_weight(sch, block, cfg: Config) -> NotApplicable | 
         sch.vectorize(own[-1])
     for other in blocks(sch):
         label = sch.get(other).name_hint
-        if label == f"{name}_pad":  # every tile reads all of it: padded on one thread (measured faster at every
-            # shape: the digits CNN's 64x16x8x8 0.41 -> 0.29 ms, ResNet-18's 64x56x56 at batch 8 15.1 -> 12.8)
-            schedule_injective(sch, other, cfg, "pad.", parallel=False)
-        elif label in (f"{name}_gyt", name):
-            schedule_injective(sch, other, cfg, "gyt." if label != name else "out.")
+        if label in (f"{name}_pad", f"{name}_gyt", name):
+            schedule_injective(sch, other, cfg, {f"{name}_pad": "pad.", f"{name}_gyt": "gyt."}.get(label, "out."))
     return None
