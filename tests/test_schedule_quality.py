@@ -120,3 +120,26 @@ def test_strided_data_gradient_tiles_are_phase_aligned_over_blocked_sub_kernels(
     shape = re.findall(r"conv2d_backward_data_taps = T.sblock_alloc_buffer\(\(([^)]*)\)", kernel.script())
     tile = config["tile_oc"]
     assert shape == [f"{32 // tile}, 2, 2, 64, 2, 2, {tile}"], (shape, config)
+
+
+@pytest.mark.parametrize("shapes, stride, whole_kernel", [
+    ([(8, 64, 56, 56), (8, 128, 28, 28)], 2, False),   # a slice of gy stays in L2: the most accumulators
+    ([(8, 256, 14, 14), (8, 256, 14, 14)], 1, True),   # every tile streams gy: one vector by a whole 3x3 kernel
+])
+def test_weight_gradient_tiles_fill_the_registers(shapes, stride, whole_kernel):
+    """The default register tile of a 3x3 weight gradient holds more
+    accumulators than one vector by a channel's nine taps, within the
+    registers a conv tile may use (on AVX2 by spanning two channels' rows
+    of three taps), except where each tile streams gy from beyond L2: there
+    one vector by nine keeps the bytes of gy per multiply-add lowest."""
+    from kiln.schedules.cpu.conv2d import _budget
+
+    kernel = kiln.build("conv2d_backward_weight", shapes, attrs={"kernel": 3, "padding": 1, "stride": stride})
+    config, lanes = kernel.resolved_config(), kiln.cpu().lanes("float32")
+    vectors = config["tile_o"] // lanes
+    rows = config["tile_c"] * config["tile_k"]
+    assert rows <= _budget(lanes)(vectors) and rows * vectors >= 9
+    if whole_kernel:
+        assert (vectors, config["tile_k"]) == (1, 9)
+    else:
+        assert rows * vectors > 9  # AVX2: two vectors by two channels' three taps; AVX-512: two by nine

@@ -4,9 +4,9 @@ The op computes dw channels-last, ``acc[c, i, j, o]``, a reduction over
 (n, y, z) of ``xpad[n, c, y*s + i*d, z*s + j*d] * gyt[n, y, z, o]``: a GEMM
 whose M is (C, KH, KW), whose N is the output channels (contiguous in
 ``gyt``) and whose K is the batch's output pixels. The micro-kernel keeps a
-``tile_ck x tile_o`` block of ``acc`` in registers (``tile_o / lanes``
-vectors per row): each reduction step loads ``tile_o / lanes`` vectors of
-``gyt`` and broadcasts ``tile_ck`` input values. The (C, KH, KW) x O blocks
+``(tile_c * tile_k) x tile_o`` block of ``acc`` in registers (``tile_o /
+lanes`` vectors per row): each reduction step loads ``tile_o / lanes``
+vectors of ``gyt`` and broadcasts ``tile_c * tile_k`` input values. The (C, KH, KW) x O blocks
 run in parallel; the transposes in (``gy`` to ``gyt``) and out (``acc`` to
 OIHW, unless the tiles write OIHW themselves: ``direct_out``) and the
 padding are parallel injective loops (the padding by rows: ``rows`` in
@@ -16,12 +16,24 @@ padding are parallel injective loops (the padding by rows: ``rows`` in
               is less than a vector). Default: the one whose tile holds the
               most accumulators, two vectors on a tie (half the broadcasts
               per multiply-add): a 7x7 kernel on AVX2 takes one vector by
-              seven rows, not two vectors by one.
-``tile_ck``   (c, i, j) rows per tile: a block of (c, i, j) space (a
-              divisor of KW; KW times a divisor of KH; or KH*KW times a
-              divisor of C), so the tile's write-back covers exactly its
-              own rows; default the largest whose accumulators fit the
-              vector registers.
+              seven rows, not two vectors by one. One vector where every
+              tile streams a single slice of ``gyt`` larger than
+              ``CHUNK_BYTES`` from beyond L2 (deep layers at batch 8): the
+              fewest bytes of it per multiply-add (znver3, 256x14x14 at
+              batch 8: 20.3 ms against 25.0 for two vectors by six rows),
+              and on stride-1 maps 14 wide, where two vectors by six rows
+              ran at 0.55-0.75x (a measured quirk of the generated loop).
+``tile_c``    input channels per tile (a divisor of C).
+``tile_k``    kernel taps per channel in a tile: a block of (i, j) space (a
+              divisor of KW, or KW times a divisor of KH), so the tile's
+              write-back covers exactly its own rows. Default: the longest
+              run of taps whose accumulators fit the vector registers, then
+              the most channels: on AVX2 a 3x3 kernel takes two vectors by
+              two channels' rows of three taps (12 accumulators, 8 loads per
+              12 multiply-adds) over one vector by a channel's nine taps (10
+              per 9): ResNet-18's stride-2 64x56->128 at batch 8 10.9 ->
+              10.3 ms, 128x28->256 14.7 -> 12.1, 64x56x56 21.1 -> 18.5,
+              128x28x28 at batch 1 2.15 -> 1.87 (znver3, noisy).
 ``chunks``    slices of the (batch x output row) reduction, each summed into
               its own partial result (``rfactor``) and added up at the end:
               a slice of ``gyt`` then stays in cache while every tile reads
@@ -66,14 +78,6 @@ def schedule_conv2d_backward_weight(sch, block, cfg: Config) -> NotApplicable | 
     lanes = cfg.target.lanes(cfg.workload.out_dtypes[0])
     options = tuple(t for t in (lanes, 2 * lanes) if o_ext % t == 0) or (o_ext if o_ext < lanes else lanes,)
     c_ext, kh, kw = parts
-    rows = sorted({d for d in divisors(kw)} | {kw * m for m in divisors(kh)} | {kh * kw * m for m in divisors(c_ext)})
-
-    def fitting(t: int) -> int:  # the most (c, i, j) rows whose accumulators fit beside tile_o = t
-        return max([d for d in rows if d <= _budget(lanes)(-(-t // lanes))] or [1])
-
-    tile_o = cfg.define_knob("tile_o", options, default=max(
-        options, key=lambda t: (fitting(t) * -(-t // lanes), t)))  # most accumulators; then fewer broadcasts
-    tile_ck = cfg.define_knob("tile_ck", tuple(rows), default=fitting(tile_o))
     row_bytes = sums[2] * o_ext * 4
     chunk_options = divisors(sums[0] * sums[1])
     # a result as large as gyt: each slice's partial sums would move more memory than the re-reads they save
@@ -81,6 +85,30 @@ def schedule_conv2d_backward_weight(sch, block, cfg: Config) -> NotApplicable | 
     chunks = cfg.define_knob("chunks", tuple(chunk_options), default=next(
         (d for d in chunk_options if sums[0] * sums[1] // d * row_bytes <= CHUNK_BYTES), chunk_options[-1])
         if small_out else 1)
+    budget = _budget(lanes)
+    taps = sorted(set(divisors(kw)) | {kw * m for m in divisors(kh)})  # blocks of (i, j) space
+    # channels per tile: as many as one vector's accumulators allow (each channel takes a row or more)
+    channel_options = tuple(d for d in divisors(c_ext) if d <= budget(1))
+
+    def fitting(t: int) -> tuple[int, int]:  # the (tile_c, tile_k) whose accumulators fit beside tile_o = t
+        room = budget(-(-t // lanes))
+        shapes = [(m, k) for m in channel_options for k in taps if m * k <= room] or [(1, 1)]
+        return max(shapes, key=lambda mk: (mk[1], mk[0]))  # the longest run of taps, then the most channels
+
+    def merit(t: int):
+        m, k = fitting(t)
+        vectors = -(-t // lanes)
+        # gy streamed from beyond L2 by every tile (one slice, larger than a core's share of it): the fewest
+        # bytes of it per multiply-add (one vector); else the most accumulators, then fewer broadcasts
+        return (-vectors,) if streamed or quirk else (m * k * vectors, t)
+
+    streamed = chunks == 1 and sums[0] * sums[1] * row_bytes > CHUNK_BYTES
+    # measured, not explained: two vectors by six rows on stride-1 maps 14 wide ran at 0.55-0.75x one vector by
+    # nine (znver3: 128x14x14 and 256x14x14 at batch 1 and 2), where 12, 16, 28 and 56 wide ran 1.1-1.2x
+    quirk = sums[2] == 14 and cfg.workload.attrs["stride"][1] == 1
+    tile_o = cfg.define_knob("tile_o", options, default=max(options, key=merit))
+    tile_c = cfg.define_knob("tile_c", channel_options, default=fitting(tile_o)[0])
+    tile_k = cfg.define_knob("tile_k", tuple(taps), default=fitting(tile_o)[1])
     par = cfg.define_knob("parallel", (0, 1), default=1)
 
     part = acc
@@ -91,8 +119,10 @@ def schedule_conv2d_backward_weight(sch, block, cfg: Config) -> NotApplicable | 
         c, i, j, o, rko, rk, rz = sch.get_loops(part)  # rfactor keeps the loops where they were
     else:
         rko, rk = None, sch.fuse(rn, ry)
-    ck = sch.fuse(c, i, j)
-    cko, cki = sch.split(ck, [None, tile_ck])
+    co, ci = sch.split(c, [None, tile_c])
+    ko, ki = sch.split(sch.fuse(i, j), [None, tile_k])
+    sch.reorder(co, ko, ci, ki)
+    cko, cki = sch.fuse(co, ko), sch.fuse(ci, ki)
     oo, oi = sch.split(o, [None, tile_o])
     sch.reorder(*([rko] if rko is not None else []), cko, oo, rk, rz, cki, oi)
     tile = sch.cache_write(part, 0, "local")
@@ -125,3 +155,4 @@ def schedule_conv2d_backward_weight(sch, block, cfg: Config) -> NotApplicable | 
         if label in (f"{name}_pad", f"{name}_gyt", name):
             schedule_injective(sch, other, cfg, {f"{name}_pad": "pad.", f"{name}_gyt": "gyt."}.get(label, "out."))
     return None
+
