@@ -6,8 +6,8 @@ whose M is (C, KH, KW), whose N is the output channels (contiguous in
 ``gyt``) and whose K is the batch's output pixels. The micro-kernel keeps a
 ``(tile_c * tile_k) x tile_o`` block of ``acc`` in registers (``tile_o /
 lanes`` vectors per row): each reduction step loads ``tile_o / lanes``
-vectors of ``gyt`` and broadcasts ``tile_c * tile_k`` input values. The (C, KH, KW) x O blocks
-run in parallel; the transposes in (``gy`` to ``gyt``) and out (``acc`` to
+vectors of ``gyt`` and broadcasts ``tile_c * tile_k`` input values. The
+(C, KH, KW) x O blocks run in parallel; the transposes in (``gy`` to ``gyt``) and out (``acc`` to
 OIHW, unless the tiles write OIHW themselves: ``direct_out``) and the
 padding are parallel injective loops (the padding by rows: ``rows`` in
 ``kiln.schedules.generic``).
@@ -31,9 +31,9 @@ padding are parallel injective loops (the padding by rows: ``rows`` in
               the most channels: on AVX2 a 3x3 kernel takes two vectors by
               two channels' rows of three taps (12 accumulators, 8 loads per
               12 multiply-adds) over one vector by a channel's nine taps (10
-              per 9): ResNet-18's stride-2 64x56->128 at batch 8 10.9 ->
-              10.3 ms, 128x28->256 14.7 -> 12.1, 64x56x56 21.1 -> 18.5,
-              128x28x28 at batch 1 2.15 -> 1.87 (znver3, noisy).
+              per 9): ResNet-18's stride-2 64x56->128 at batch 1 1.15 ->
+              0.90 ms, 128x28->256 at batch 8 14.7 -> 12.0, 64x56x56 at
+              batch 1 2.08 -> 1.76 (znver3, noisy).
 ``chunks``    slices of the (batch x output row) reduction, each summed into
               its own partial result (``rfactor``) and added up at the end:
               a slice of ``gyt`` then stays in cache while every tile reads
@@ -95,20 +95,22 @@ def schedule_conv2d_backward_weight(sch, block, cfg: Config) -> NotApplicable | 
         shapes = [(m, k) for m in channel_options for k in taps if m * k <= room] or [(1, 1)]
         return max(shapes, key=lambda mk: (mk[1], mk[0]))  # the longest run of taps, then the most channels
 
-    def merit(t: int):
+    # one vector where gy is streamed from beyond L2 by every tile (one slice, larger than a core's share of
+    # it): the fewest bytes of it per multiply-add; and, measured, not explained, on stride-1 maps 14 wide, where
+    # two vectors by six rows ran at 0.55-0.75x one vector by nine (znver3: 128x14x14 and 256x14x14 at batch 1
+    # and 2; 12, 16, 28 and 56 wide ran 1.1-1.2x)
+    one_vector = (chunks == 1 and sums[0] * sums[1] * row_bytes > CHUNK_BYTES) or \
+        (sums[2] == 14 and cfg.workload.attrs["stride"][1] == 1)
+
+    def merit(t: int):  # else the most accumulators, then fewer broadcasts
         m, k = fitting(t)
         vectors = -(-t // lanes)
-        # gy streamed from beyond L2 by every tile (one slice, larger than a core's share of it): the fewest
-        # bytes of it per multiply-add (one vector); else the most accumulators, then fewer broadcasts
-        return (-vectors,) if streamed or quirk else (m * k * vectors, t)
+        return (-vectors,) if one_vector else (m * k * vectors, t)
 
-    streamed = chunks == 1 and sums[0] * sums[1] * row_bytes > CHUNK_BYTES
-    # measured, not explained: two vectors by six rows on stride-1 maps 14 wide ran at 0.55-0.75x one vector by
-    # nine (znver3: 128x14x14 and 256x14x14 at batch 1 and 2), where 12, 16, 28 and 56 wide ran 1.1-1.2x
-    quirk = sums[2] == 14 and cfg.workload.attrs["stride"][1] == 1
     tile_o = cfg.define_knob("tile_o", options, default=max(options, key=merit))
-    tile_c = cfg.define_knob("tile_c", channel_options, default=fitting(tile_o)[0])
-    tile_k = cfg.define_knob("tile_k", tuple(taps), default=fitting(tile_o)[1])
+    c_default, k_default = fitting(tile_o)
+    tile_c = cfg.define_knob("tile_c", channel_options, default=c_default)
+    tile_k = cfg.define_knob("tile_k", tuple(taps), default=k_default)
     par = cfg.define_knob("parallel", (0, 1), default=1)
 
     part = acc
@@ -150,9 +152,10 @@ def schedule_conv2d_backward_weight(sch, block, cfg: Config) -> NotApplicable | 
         sch.reorder(own[-1], *own[:-1])
     elif own:
         sch.vectorize(own[-1])
+    prefixes = {f"{name}_pad": "pad.", f"{name}_gyt": "gyt.", name: "out."}
     for other in blocks(sch):
-        label = sch.get(other).name_hint
-        if label in (f"{name}_pad", f"{name}_gyt", name):
-            schedule_injective(sch, other, cfg, {f"{name}_pad": "pad.", f"{name}_gyt": "gyt."}.get(label, "out."))
+        prefix = prefixes.get(sch.get(other).name_hint)
+        if prefix is not None:
+            schedule_injective(sch, other, cfg, prefix)
     return None
 
