@@ -66,7 +66,7 @@ def _record(op, attrs, tensors, arrays, variables, specs, site) -> _Node:
                       else (None, None, meta[0], meta[1]))
         if not t.requires_grad:
             parents.append(None)
-        elif t._node is not None:
+        elif t._node is not None:  # t._edge() without its call, on a path every recorded op takes
             parents.append((t._node, t._index))
         else:
             parents.append(t._edge())
