@@ -41,9 +41,10 @@ FMAs for ``tile_ow + tile_oc / lanes`` loads.
               AVX2, forward and data gradient, 64x56 152 vs 123 GFLOPS with
               it, 128x28 154 vs 141, and without it 256x14 150-156 vs
               126-131, 512x7 111-140 vs 92-112 (12, 24, 96 and 192 copies);
-              stride 2, 128x28 -> 256 117 vs 110 with it (48 copies),
-              256x14 -> 512 131 vs 100 without (96). A strided data gradient
-              keeps 1 (256x14 -> 512: 85 vs 55).
+              stride 2, 256x14 -> 512 131 vs 100 without (96), and 128x28 ->
+              256 (40 copies of 1 x 7 tiles) without it at batch 1 91-100 vs
+              79-83 and at batch 8 82-105 vs 73-85 (znver3, interleaved). A
+              strided data gradient keeps 1 (256x14 -> 512: 85 vs 55).
 
 A strided ``conv2d_backward_data`` reads its per-phase sub-kernels (the
 ``_taps`` stage, output channels innermost), stored in blocks of ``tile_oc``
@@ -149,7 +150,7 @@ def _default_task_rows(rows: tuple, row_macs: int, limit: int = TASK_MACS) -> in
 
 
 #: ``pad_at``'s default: 1 while the tasks copy each padded input row at most this many times in all
-PAD_AT_COPIES = 64
+PAD_AT_COPIES = 32
 
 
 def _pad_copies(attrs, blocks: int, task_rows: int, kernel_rows: int | None) -> float:
