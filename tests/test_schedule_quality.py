@@ -143,3 +143,40 @@ def test_weight_gradient_tiles_fill_the_registers(shapes, stride, whole_kernel):
         assert (vectors, config["tile_k"]) == (1, 9)
     else:
         assert rows * vectors > 9  # AVX2: two vectors by two channels' three taps; AVX-512: two by nine
+
+
+@pytest.mark.parametrize("shapes, attrs", [
+    ([(2, 3, 32, 32), (2, 8, 16, 16)], {"kernel": 7, "stride": 2, "padding": 3}),   # the stem's kind
+    ([(1, 4, 18, 18), (1, 12, 16, 16)], {"kernel": 3}),                              # stride 1, no padding
+    ([(2, 5, 32, 32), (2, 6, 16, 16)], {"kernel": 3, "stride": 2, "padding": 2, "dilation": 2}),
+])
+def test_pixel_weight_gradient_reads_gy_as_it_is(shapes, attrs):
+    """``pixels``: vectors of output columns, so gy is read in NCHW (no
+    transposed copy); under a stride the padded input is stored in column
+    phases, so each tap's columns are consecutive. It matches numpy."""
+    import numpy as np
+
+    kernel = kiln.build("conv2d_backward_weight", shapes, attrs=attrs, config={"pixels": 1})
+    assert kernel.resolved_config()["pixels"] == 1
+    script = kernel.script()
+    assert "conv2d_backward_weight_gyt" not in script, "gy is still transposed"
+    if attrs.get("stride", 1) > 1:
+        n, c, h, w = shapes[0]
+        pad = attrs["padding"]
+        phases = f"conv2d_backward_weight_pad = T.sblock_alloc_buffer(({n}, {c}, {h + 2 * pad}, 2, {(w + 2 * pad) // 2}))"
+        assert phases in script
+    rng = np.random.default_rng(0)
+    x, gy = (rng.standard_normal(s).astype("float32") for s in shapes)
+    op = get_op("conv2d_backward_weight")
+    np.testing.assert_allclose(kernel(x, gy), op.reference(x, gy, **op.parse_attrs(attrs)), rtol=1e-4, atol=1e-4)
+
+
+def test_pixels_only_where_the_columns_are_whole_vectors():
+    """An output width that is not a multiple of the lanes leaves one schedule."""
+    lanes = kiln.cpu().lanes("float32")
+    kernel = kiln.build("conv2d_backward_weight", [(1, 4, lanes + 3, lanes + 3), (1, 8, lanes + 1, lanes + 1)],
+                        attrs={"kernel": 3})
+    assert kernel.resolved_config()["pixels"] == 0
+    with pytest.raises(kiln.errors.ScheduleError, match="pixels"):
+        kiln.build("conv2d_backward_weight", [(1, 4, lanes + 3, lanes + 3), (1, 8, lanes + 1, lanes + 1)],
+                   attrs={"kernel": 3}, config={"pixels": 1})

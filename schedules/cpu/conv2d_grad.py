@@ -51,18 +51,39 @@ padding are parallel injective loops (the padding by rows: ``rows`` in
               ResNet-18's 512x7x7 at batch 1, 9.4 -> 4.5 ms on znver3
               (256x14x14 3.45 -> 2.27, 128x28x28 2.62 -> 1.86). Default 1.
 ``parallel``  1 to run the tiles (of every slice) on the thread pool.
+``pixels``    1 for the other schedule, vectorized over output columns
+              (``_schedule_pixels``): ``gy`` read as it is, no transpose;
+              each step loads ``pixel_o`` vectors of ``gy`` and one input
+              vector per tap of the tile (``tile_c x tile_k``), and sums
+              products per lane. Where the output width is whole vectors
+              (and, under a stride, the padded width whole phases). Default
+              1 where the channels-last tile holds fewer accumulators than
+              hide the FMA latency and ``gy`` is over ``PIXELS_GY_BYTES``:
+              the 7x7 stem at batch 8 (one vector by 7 taps against 4
+              channels by 3 taps; znver3, interleaved with PyTorch: 58 ->
+              71 GFLOPS, PyTorch 65). 64x56x56 ran 0.74-0.84x with it.
+``pixel_o``   output channels of a ``pixels`` tile (a divisor of O up to 6).
 """
 from __future__ import annotations
+
+import math
 
 from ..config import Config
 from ..dispatch import NOT_APPLICABLE, NotApplicable, register_template
 from ..generic import schedule_injective
 from ..util import blocks, const_int, divisors, extent
-from .conv2d import _budget
+from .conv2d import LATENCY_ACCUMULATORS, _budget
 
 
 #: bytes of ``gyt`` a reduction slice may read (within a core's L2)
 CHUNK_BYTES = 512 << 10
+#: ``pixels``' default: 1 from this many bytes of ``gy`` (its transpose costs a pass over them)
+PIXELS_GY_BYTES = 8 << 20
+#: bytes of ``gy`` a reduction slice of ``pixels`` may read: every tile visits the slice, which stays in
+#: L1/L2 when small (the stem at batch 8, znver3: 4 rows of 28 KB 71 GFLOPS, 16 rows 60; the other schedule 58)
+PIXEL_CHUNK_BYTES = 128 << 10
+#: output channels of a pixel tile: at most, and the default (4 x 3 taps: 12 lanes' accumulators)
+PIXEL_O_MAX, PIXEL_O_DEFAULT = 6, 4
 
 
 @register_template("cpu", ops=("conv2d_backward_weight",))
@@ -80,11 +101,13 @@ def schedule_conv2d_backward_weight(sch, block, cfg: Config) -> NotApplicable | 
     c_ext, kh, kw = parts
     row_bytes = sums[2] * o_ext * 4
     chunk_options = divisors(sums[0] * sums[1])
+    gy_bytes = sums[0] * sums[1] * row_bytes
     # a result as large as gyt: each slice's partial sums would move more memory than the re-reads they save
-    small_out = c_ext * kh * kw * o_ext * 4 < sums[0] * sums[1] * row_bytes
-    chunks = cfg.define_knob("chunks", tuple(chunk_options), default=next(
-        (d for d in chunk_options if sums[0] * sums[1] // d * row_bytes <= CHUNK_BYTES), chunk_options[-1])
-        if small_out else 1)
+    small_out = c_ext * kh * kw * o_ext * 4 < gy_bytes
+
+    def slices(limit: int) -> int:  # the fewest slices of at most ``limit`` bytes of gy
+        return next((d for d in chunk_options if gy_bytes // d <= limit), chunk_options[-1]) if small_out else 1
+
     budget = _budget(lanes)
     taps = sorted(set(divisors(kw)) | {kw * m for m in divisors(kh)})  # blocks of (i, j) space
     # channels per tile: as many as one vector's accumulators allow (each channel takes a row or more)
@@ -95,23 +118,40 @@ def schedule_conv2d_backward_weight(sch, block, cfg: Config) -> NotApplicable | 
         shapes = [(m, k) for m in channel_options for k in taps if m * k <= room] or [(1, 1)]
         return max(shapes, key=lambda mk: (mk[1], mk[0]))  # the longest run of taps, then the most channels
 
-    # one vector where gy is streamed from beyond L2 by every tile (one slice, larger than a core's share of
-    # it): the fewest bytes of it per multiply-add; and, measured, not explained, on stride-1 maps 14 wide, where
-    # two vectors by six rows ran at 0.55-0.75x one vector by nine (znver3: 128x14x14 and 256x14x14 at batch 1
-    # and 2; 12, 16, 28 and 56 wide ran 1.1-1.2x)
-    one_vector = (chunks == 1 and sums[0] * sums[1] * row_bytes > CHUNK_BYTES) or \
-        (sums[2] == 14 and cfg.workload.attrs["stride"][1] == 1)
+    def best_tile_o(chunks: int) -> int:
+        # one vector where gy is streamed from beyond L2 by every tile (one slice, larger than a core's share
+        # of it): the fewest bytes of it per multiply-add; and, measured, not explained, on stride-1 maps 14
+        # wide, where two vectors by six rows ran at 0.55-0.75x one vector by nine (znver3: 128x14x14 and
+        # 256x14x14 at batch 1 and 2; 12, 16, 28 and 56 wide ran 1.1-1.2x)
+        one_vector = (chunks == 1 and gy_bytes > CHUNK_BYTES) or \
+            (sums[2] == 14 and cfg.workload.attrs["stride"][1] == 1)
 
-    def merit(t: int):  # else the most accumulators, then fewer broadcasts
-        m, k = fitting(t)
-        vectors = -(-t // lanes)
-        return (-vectors,) if one_vector else (m * k * vectors, t)
+        def merit(t: int):  # else the most accumulators, then fewer broadcasts
+            m, k = fitting(t)
+            vectors = -(-t // lanes)
+            return (-vectors,) if one_vector else (m * k * vectors, t)
+        return max(options, key=merit)
 
-    tile_o = cfg.define_knob("tile_o", options, default=max(options, key=merit))
-    c_default, k_default = fitting(tile_o)
+    # pixels where the channels-last tile is too small to hide the FMA latency (few input channels and a
+    # kernel row of prime length: the stem's one vector by 7 taps) and gy is large (its transpose a pass)
+    cl_o = best_tile_o(slices(CHUNK_BYTES))
+    weak = math.prod(fitting(cl_o)) * -(-cl_o // lanes) < LATENCY_ACCUMULATORS
+    pixel_options = _pixel_options(sch, name, cfg, sums[2], lanes)
+    pixels = cfg.define_knob("pixels", pixel_options, default=int(
+        1 in pixel_options and weak and gy_bytes > PIXELS_GY_BYTES))
+    chunks = cfg.define_knob("chunks", tuple(chunk_options),
+                             default=slices(PIXEL_CHUNK_BYTES if pixels else CHUNK_BYTES))
+    tile_o = cfg.define_knob("tile_o", options, default=best_tile_o(chunks))
+    pixel_o = cfg.define_knob("pixel_o", tuple(d for d in divisors(o_ext) if d <= PIXEL_O_MAX), default=max(
+        d for d in divisors(o_ext) if d <= PIXEL_O_DEFAULT))
+    c_default, k_default = fitting(tile_o) if not pixels else _pixel_taps(
+        channel_options, taps, budget(1) // pixel_o)
     tile_c = cfg.define_knob("tile_c", channel_options, default=c_default)
     tile_k = cfg.define_knob("tile_k", tuple(taps), default=k_default)
     par = cfg.define_knob("parallel", (0, 1), default=1)
+    direct = cfg.define_knob("direct_out", (0, 1), default=1) and chunks == 1
+    if pixels:
+        return _schedule_pixels(sch, name, cfg, lanes, chunks, tile_c, tile_k, pixel_o, par)
 
     part = acc
     if chunks > 1:  # partial sums per slice (a block of their own), added up by the original block
@@ -129,7 +169,6 @@ def schedule_conv2d_backward_weight(sch, block, cfg: Config) -> NotApplicable | 
     sch.reorder(*([rko] if rko is not None else []), cko, oo, rk, rz, cki, oi)
     tile = sch.cache_write(part, 0, "local")
     sch.reverse_compute_at(tile, oo)
-    direct = cfg.define_knob("direct_out", (0, 1), default=1) and chunks == 1
     if direct:
         sch.reverse_compute_inline(sch.get_sblock(name))
     sch.vectorize(oi)
@@ -159,3 +198,80 @@ def schedule_conv2d_backward_weight(sch, block, cfg: Config) -> NotApplicable | 
             schedule_injective(sch, other, cfg, prefix)
     return None
 
+
+
+def _block(sch, name: str):
+    return next((b for b in blocks(sch) if sch.get(b).name_hint == name), None)
+
+
+def _pixel_options(sch, name: str, cfg: Config, width: int, lanes: int) -> tuple:
+    """``pixels``' values: (0, 1) where the output width is whole vectors and
+    every tap reads a vector of consecutive input columns: stride 1, or a
+    padding stage whose columns split into ``stride`` phases of equal length."""
+    stride = cfg.workload.attrs["stride"][1]
+    if width % lanes:
+        return (0,)
+    if stride == 1:
+        return (0, 1)
+    pad = _block(sch, f"{name}_pad")
+    padded = const_int(extent(sch, sch.get_loops(pad)[-1])) if pad is not None else None
+    return (0, 1) if padded and padded % stride == 0 else (0,)
+
+
+def _pixel_taps(channel_options: tuple, taps: list, room: int) -> tuple[int, int]:
+    """(tile_c, tile_k) for a pixel tile: the most taps within ``room`` (each
+    one an input vector loaded per step), a run of a channel's taps first."""
+    shapes = [(m, k) for m in channel_options for k in taps if m * k <= max(room, 1)] or [(1, 1)]
+    return max(shapes, key=lambda mk: (mk[0] * mk[1], mk[1]))
+
+
+def _schedule_pixels(sch, name: str, cfg: Config, lanes: int, chunks: int, tile_c: int, tile_k: int,
+                     pixel_o: int, par: int) -> None:
+    """``pixels``: vectors of output columns, read from ``gy`` as it is. Each
+    reduction step loads ``pixel_o`` vectors of ``gy`` (one per output
+    channel) and one vector of input columns per tap (``tile_c * tile_k``),
+    and keeps their products in a tile of lanes (``rfactor``): partial sums
+    per lane, added up at the end. No transpose of ``gy``; under a stride the
+    padded input is stored split into its column phases, so a tap's columns
+    are consecutive. The slices of the reduction (``chunks``) run one after
+    another, each tile adding its part to its partial sums in memory (a
+    slice of ``gy`` stays in cache while every tile reads it)."""
+    stride = cfg.workload.attrs["stride"][1]
+    gyt = sch.get_sblock(f"{name}_gyt")
+    schedule_injective(sch, gyt, cfg, "gyt.")  # its knobs stay declared (one space for both schedules)
+    sch.compute_inline(gyt)
+    pad = _block(sch, f"{name}_pad")
+    if pad is not None:
+        if stride > 1:
+            def phases(n, c, h, w):
+                return n, c, h, w % stride, w // stride
+            sch.transform_layout(pad, ("write", 0), phases)
+            sch.transform_block_layout(pad, phases)
+        schedule_injective(sch, pad, cfg, "pad.")
+    acc = sch.get_sblock(f"{name}_cl")
+    *_, rz = sch.get_loops(acc)
+    _, lane = sch.split(rz, [None, lanes])
+    part = sch.rfactor(lane, 4)  # partial sums (C, KH, KW, O, lanes)
+    c, i, j, o, rn, ry, rzo, lane = sch.get_loops(part)
+    rko, rki = sch.split(sch.fuse(rn, ry), [chunks, None])
+    co, ci = sch.split(c, [None, tile_c])
+    ko, ki = sch.split(sch.fuse(i, j), [None, tile_k])
+    sch.reorder(co, ko, ci, ki)
+    cko, cki = sch.fuse(co, ko), sch.fuse(ci, ki)
+    oo, oi = sch.split(o, [None, pixel_o])
+    sch.reorder(rko, cko, oo, rki, rzo, cki, oi, lane)
+    sch.vectorize(lane)
+    sch.unroll(cki)
+    sch.unroll(oi)
+    task = sch.fuse(cko, oo)
+    if par:
+        sch.parallel(task)
+    init = sch.decompose_reduction(part, rko)
+    *outer, last = sch.get_loops(init)
+    sch.vectorize(last)
+    if par:
+        sch.parallel(sch.fuse(*outer))
+    c, i, j, o, _ = sch.get_loops(acc)  # the lanes added up
+    if par:
+        sch.parallel(sch.fuse(c, i, j))
+    schedule_injective(sch, sch.get_sblock(name), cfg, "out.")
