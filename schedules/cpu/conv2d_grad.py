@@ -58,10 +58,10 @@ padding are parallel injective loops (the padding by rows: ``rows`` in
               products per lane. Where the output width is whole vectors
               (and, under a stride, the padded width whole phases). Default
               1 where the channels-last tile holds fewer accumulators than
-              hide the FMA latency and ``gy`` is over ``PIXELS_GY_BYTES``:
-              the 7x7 stem at batch 8 (one vector by 7 taps against 4
-              channels by 3 taps; znver3, interleaved with PyTorch: 58 ->
-              71 GFLOPS, PyTorch 65). 64x56x56 ran 0.74-0.84x with it.
+              hide the FMA latency: ResNet-18's 7x7 stem (one vector by 7
+              taps against 4 channels by 3 taps; znver3, interleaved: batch
+              8 60-62 -> 88 GFLOPS, PyTorch 69-73; batch 1 75-78 -> 95-102).
+              64x56x56 runs at parity and keeps the channels-last tile.
 ``pixel_o``   output channels of a ``pixels`` tile (a divisor of O up to 6).
 """
 from __future__ import annotations
@@ -77,10 +77,9 @@ from .conv2d import LATENCY_ACCUMULATORS, _budget
 
 #: bytes of ``gyt`` a reduction slice may read (within a core's L2)
 CHUNK_BYTES = 512 << 10
-#: ``pixels``' default: 1 from this many bytes of ``gy`` (its transpose costs a pass over them)
-PIXELS_GY_BYTES = 8 << 20
 #: bytes of ``gy`` a reduction slice of ``pixels`` may read: every tile visits the slice, which stays in
-#: L1/L2 when small (the stem at batch 8, znver3: 4 rows of 28 KB 71 GFLOPS, 16 rows 60; the other schedule 58)
+#: L1/L2 when small (the stem at batch 8, znver3: slices of 2, 4, 8 and 16 rows of 28 KB 88, 94, 85 and 81
+#: GFLOPS; the channels-last schedule 70)
 PIXEL_CHUNK_BYTES = 128 << 10
 #: output channels of a pixel tile: at most, and the default (4 x 3 taps: 12 lanes' accumulators)
 PIXEL_O_MAX, PIXEL_O_DEFAULT = 6, 4
@@ -133,12 +132,12 @@ def schedule_conv2d_backward_weight(sch, block, cfg: Config) -> NotApplicable | 
         return max(options, key=merit)
 
     # pixels where the channels-last tile is too small to hide the FMA latency (few input channels and a
-    # kernel row of prime length: the stem's one vector by 7 taps) and gy is large (its transpose a pass)
+    # kernel row of prime length: the stem's one vector by 7 taps)
     cl_o = best_tile_o(slices(CHUNK_BYTES))
     weak = math.prod(fitting(cl_o)) * -(-cl_o // lanes) < LATENCY_ACCUMULATORS
     pixel_options = _pixel_options(sch, name, cfg, sums[2], lanes)
     pixels = cfg.define_knob("pixels", pixel_options, default=int(
-        1 in pixel_options and weak and gy_bytes > PIXELS_GY_BYTES))
+        1 in pixel_options and weak))
     chunks = cfg.define_knob("chunks", tuple(chunk_options),
                              default=slices(PIXEL_CHUNK_BYTES if pixels else CHUNK_BYTES))
     tile_o = cfg.define_knob("tile_o", options, default=best_tile_o(chunks))
@@ -259,7 +258,10 @@ def _schedule_pixels(sch, name: str, cfg: Config, lanes: int, chunks: int, tile_
     sch.reorder(co, ko, ci, ki)
     cko, cki = sch.fuse(co, ko), sch.fuse(ci, ki)
     oo, oi = sch.split(o, [None, pixel_o])
-    sch.reorder(rko, cko, oo, rki, rzo, cki, oi, lane)
+    # output channels outside the taps: the taps' input vectors stay in registers while each gy vector
+    # streams (the other order held the gy vectors and spilled an accumulator; the stem at batch 8 on
+    # znver3: 88-94 GFLOPS against 69-77)
+    sch.reorder(rko, cko, oo, rki, rzo, oi, cki, lane)
     sch.vectorize(lane)
     sch.unroll(cki)
     sch.unroll(oi)
