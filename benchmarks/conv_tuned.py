@@ -25,7 +25,7 @@ from kiln.autotune import Task, tune
 from kiln.bench.machine import fma_peak
 from kiln.bench.suites.cpu import CONV_LAYERS
 from kiln.outputs import atomic_path
-from kiln.bench.timing import calls_sampler, compare, kernel_sampler
+from kiln.bench.timing import NOISY_SPREAD, calls_sampler, compare, kernel_sampler
 from kiln.runtime.measure import random_inputs, work
 
 DEFAULT_TARGET, TUNED_TARGET = 1.0, 1.1
@@ -60,17 +60,25 @@ def run_layer(batch: int, layer: tuple, trials: int, folder: str, repeat: int) -
             "default_ratio": gflops["default"] / gflops["torch"], "tuned_ratio": gflops["tuned"] / gflops["torch"]}
 
 
+def spreads(spread: dict) -> str:
+    """Interquartile range / median of each side, (noisy) when one is over 10%."""
+    values = [spread[k] for k in ("default", "tuned", "torch")]
+    text = " / ".join(f"{100 * v:.0f}%" for v in values)
+    return text + (" (noisy)" if max(values) > NOISY_SPREAD else "")
+
+
 def table(result: dict) -> str:
     lines = [f"FMA peak {result['fma_peak_gflops']:.0f} GFLOPS, {result['trials']} trials per layer (xgb), "
              f"GFLOPS; ratio = kiln / PyTorch (targets: default >= {DEFAULT_TARGET}, tuned >= {TUNED_TARGET})", "",
-             "| layer | default | tuned | PyTorch | default ratio | tuned ratio | tuning s |",
-             "|---|---|---|---|---|---|---|"]
+             "| layer | default | tuned | PyTorch | default ratio | tuned ratio | spread default / tuned / PyTorch "
+             "| tuning s |",
+             "|---|---|---|---|---|---|---|---|"]
     for r in result["rows"]:
         g = r["gflops"]
         flag = lambda v, t: f"{v:.2f}" if v >= t else f"**{v:.2f}**"  # noqa: E731 - below target in bold
         lines.append(f"| {r['layer']} | {g['default']:.1f} | {g['tuned']:.1f} | {g['torch']:.1f} | "
                      f"{flag(r['default_ratio'], DEFAULT_TARGET)} | {flag(r['tuned_ratio'], TUNED_TARGET)} | "
-                     f"{r['tune_s']:.0f} |")
+                     f"{spreads(r['spread'])} | {r['tune_s']:.0f} |")
     rows = result["rows"]
     lines += ["", f"below target: default {sum(r['default_ratio'] < DEFAULT_TARGET for r in rows)} of {len(rows)}, "
               f"tuned {sum(r['tuned_ratio'] < TUNED_TARGET for r in rows)} of {len(rows)}"]
