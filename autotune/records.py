@@ -133,10 +133,19 @@ def score(rec: dict) -> float:
     return 1.0 / rec["result"]["median_s"] if is_ok(rec) and rec["result"]["median_s"] > 0 else 0.0
 
 
+def is_confirmed(rec: dict) -> bool:
+    """A record of the re-timing that ends a tune (``tune.confirm``): the
+    top configs timed again, interleaved, rather than a trial."""
+    return rec.get("confirmed") is True
+
+
 def best(records: Iterable[dict]) -> dict | None:
-    """The successful record with the lowest median time, or None."""
+    """The successful record with the lowest median time, or None; among the
+    confirmed records when there are any (a trial's single timing can be a
+    lucky one, the re-timing ranks the top configs in one sitting)."""
     ok = [r for r in records if is_ok(r)]
-    return min(ok, key=lambda r: r["result"]["median_s"]) if ok else None
+    pool = [r for r in ok if is_confirmed(r)] or ok
+    return min(pool, key=lambda r: r["result"]["median_s"]) if pool else None
 
 
 def prepare(path) -> None:
@@ -218,12 +227,14 @@ def _indexed(path: Path) -> dict:
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")  # reported when the user loads the file, not on every build
         recs = load(path)
-    index: dict[str, tuple] = {}
+    by_task: dict[str, list] = {}
     for rec in recs:
-        if is_ok(rec):
-            t = rec["result"]["median_s"]
-            if rec["task_key"] not in index or t < index[rec["task_key"]][0]:
-                index[rec["task_key"]] = (t, rec["config"], rec["task"])
+        by_task.setdefault(rec["task_key"], []).append(rec)
+    index: dict[str, tuple] = {}
+    for key, task_recs in by_task.items():
+        found = best(task_recs)
+        if found is not None:
+            index[key] = (found["result"]["median_s"], found["config"], found["task"])
     with _lock:
         _index[path] = (stamp, index)
     return index

@@ -197,7 +197,8 @@ class TaskScheduler:
         from .tune import tune
 
         result = tune(task.task, trials=10 ** 9, new_trials=n, start=task.baseline, tuner=self.tuner, records=self.records, resume=True,
-                      runner=self.runner, builder=self.builder, batch_size=n, seed=self.seed)
+                      runner=self.runner, builder=self.builder, batch_size=n, seed=self.seed,
+                      confirm=False)  # a round of a model's budget: its trials only
         return result.records
 
 

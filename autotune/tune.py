@@ -9,6 +9,12 @@ measured first, so every run can say how much tuning gained.
 Configs are compared by time (``records.score``: 1 / median seconds), for
 the tuners, their cost model and early stopping alike; speeds are reported
 in the task's unit (GFLOPS, or GB/s for memory-bound ops, whose GFLOPS is 0).
+
+A trial is timed once, so on a noisy machine the fastest trial can be a
+lucky timing. A run therefore ends by confirming (``confirm=True``): the
+``CONFIRM_TOP`` fastest configs and the one measured first are built again
+and timed in ``CONFIRM_ROUNDS`` interleaved rounds, and these records
+(``confirmed``) decide the task's best (``records.best``).
 """
 from __future__ import annotations
 
@@ -30,6 +36,10 @@ from .runners import Builder, LocalRunner
 from .space import Space
 from .task import Task
 from .tuners import TUNERS
+
+
+CONFIRM_TOP = 3     # the fastest configs re-timed at the end of a run (with the one measured first)
+CONFIRM_ROUNDS = 3  # interleaved rounds of that re-timing
 
 
 @dataclass
@@ -75,19 +85,26 @@ class TuneResult:
 
     @property
     def default(self) -> dict | None:
+        """The first config's record: its confirmation, timed beside the best, when there is one."""
         default = config_key(self.default_config)
         found = [r for r in self.records if rec.is_ok(r) and config_key(r["config"]) == default]
-        return found[0] if found else None
+        return next((r for r in reversed(found) if rec.is_confirmed(r)), found[0] if found else None)
 
     @property
     def errors(self) -> list:
         return [r for r in self.records if r.get("error")]
 
+    @property
+    def trials(self) -> list:
+        """The records of trials, in measurement order (the confirmation's left out)."""
+        return [r for r in self.records if not rec.is_confirmed(r)]
+
 
 def tune(task: Task, trials: int = 64, tuner: str = "xgb", records: str | os.PathLike | None = None,
          resume: bool = False, runner=None, builder=None, batch_size: int = 8, early_stopping: int | None = None,
          seed: int = 0, transfer: bool = True, callback: Callable[[Progress], None] | None = None,
-         new_trials: int | None = None, start: dict | None = None, **tuner_options) -> TuneResult:
+         new_trials: int | None = None, start: dict | None = None, confirm: bool = True,
+         **tuner_options) -> TuneResult:
     """Tune ``task`` for ``trials`` measurements; returns the records and the best.
 
     Parameters
@@ -104,6 +121,8 @@ def tune(task: Task, trials: int = 64, tuner: str = "xgb", records: str | os.Pat
         resumed ones (then ``trials`` bounds the total only)
     start : the config measured first, instead of the template's default
         (the one a model runs untuned: what tuning is measured against)
+    confirm : end a run that measured something by re-timing the fastest
+        configs and the first, interleaved (see the module docstring)
     """
     if tuner not in TUNERS:
         raise AttrError(f"got {tuner!r}, expected one of {sorted(TUNERS)}", op="tune", arg="tuner")
@@ -166,13 +185,51 @@ def tune(task: Task, trials: int = 64, tuner: str = "xgb", records: str | os.Pat
                 callback(progress)
             if early_stopping and since_best >= early_stopping:
                 break
+        if confirm and session:
+            confirmed = _confirm(task, prior + session, first, builder, runner, folder, data,
+                                 {"tuner": tuner, "run": run_id, "seed": seed})
+            rec.append(path, confirmed)
+            session += confirmed
     finally:
         shutil.rmtree(folder, ignore_errors=True)
         if own_runner:
             runner.close()
         if own_builder:
             builder.close()
-    return TuneResult(task, path, prior + session, len(session), progress.elapsed, tuner, first)
+    measured = sum(1 for r in session if not rec.is_confirmed(r))
+    return TuneResult(task, path, prior + session, measured, progress.elapsed, tuner, first)
+
+
+def _confirm(task, records, first, builder, runner, folder, data, about) -> list[dict]:
+    """Records of the ``CONFIRM_TOP`` fastest configs of ``records`` and of
+    ``first``, timed again in ``CONFIRM_ROUNDS`` rounds (each round in a
+    rotated order), each from all its rounds' timings; none when fewer than
+    two configs succeeded."""
+    ok = sorted((r for r in records if rec.is_ok(r) and not rec.is_confirmed(r)),
+                key=lambda r: r["result"]["median_s"])
+    configs, seen = [], set()
+    for r in ok:
+        key = config_key(r["config"])
+        if key not in seen and (len(configs) < CONFIRM_TOP or key == config_key(first)):
+            configs.append(r["config"])
+            seen.add(key)
+    if len(configs) < 2:
+        return []
+    built = builder.build(task.target, [tvm.ir.save_json(task.lower(c).sch.mod) for c in configs], folder)
+    ready = [(c, b["library"]) for c, b in zip(configs, built) if b.get("ok")]
+    costs: dict[str, list] = {config_key(c): [] for c, _ in ready}
+    try:
+        for turn in range(CONFIRM_ROUNDS):
+            order = ready[turn % len(ready):] + ready[:turn % len(ready)] if ready else []
+            for (config, _), reply in zip(order, runner.run([lib for _, lib in order], data, task.target.kind)):
+                if reply.get("ok"):
+                    costs[config_key(config)] += [float(c) for c in reply["costs"]]
+    finally:
+        for _, lib in ready:
+            os.unlink(lib)
+    return [rec.make_record(task.json, config, result=_result(task, costs[config_key(config)]), confirmed=True,
+                            trial=None, runner=runner.describe(), **about)
+            for config, _ in ready if costs[config_key(config)]]
 
 
 def _replay(search, space, task, prior) -> None:
@@ -218,14 +275,18 @@ def _measure(task, space, batch, builder, runner, folder, data, about, first_tri
         if not r.get("ok"):
             out.append(rec.make_record(task.json, config, error=_error(r), **info))
             continue
-        costs = np.asarray(r["costs"])
-        median = float(np.median(costs))
-        result = {"costs": [float(c) for c in costs], "median_s": median, "min_s": float(costs.min()),
-                  "max_s": float(costs.max()), "gflops": task.flops / median / 1e9 if median > 0 else 0.0,
-                  "gbps": task.bytes / median / 1e9 if median > 0 else 0.0}
-        out.append(rec.make_record(task.json, config, result=result, measure_s=round(r.get("measure_s", 0.0), 4),
-                                   device=r.get("device"), **info))
+        out.append(rec.make_record(task.json, config, result=_result(task, r["costs"]),
+                                   measure_s=round(r.get("measure_s", 0.0), 4), device=r.get("device"), **info))
     return out
+
+
+def _result(task, costs) -> dict:
+    """A record's result from the seconds of its timed repeats."""
+    costs = np.asarray(costs, dtype=float)
+    median = float(np.median(costs))
+    return {"costs": costs.tolist(), "median_s": median, "min_s": float(costs.min()), "max_s": float(costs.max()),
+            "gflops": task.flops / median / 1e9 if median > 0 else 0.0,
+            "gbps": task.bytes / median / 1e9 if median > 0 else 0.0}
 
 
 def _error(reply: dict) -> dict:
@@ -239,7 +300,8 @@ def transfer_rows(task: Task, path: Path, limit: int = 512) -> list:
     by_task: dict[str, list] = {}
     for r in rec.load(path):
         t = r["task"]
-        if t.get("op") == task.op.name and t.get("target") == task.target.key and r["task_key"] != task.key:
+        if t.get("op") == task.op.name and t.get("target") == task.target.key and r["task_key"] != task.key \
+                and not rec.is_confirmed(r):
             by_task.setdefault(r["task_key"], []).append(r)
     rows = []
     for group, (key, recs) in enumerate(sorted(by_task.items()), 1):

@@ -54,7 +54,7 @@ def run_layer(batch: int, layer: tuple, trials: int, folder: str, repeat: int) -
                      "torch": calls_sampler(lambda: torch.nn.functional.conv2d(x, w, stride=s, padding=p))}, repeat)
     _, amount = work(default.workload)
     gflops = {k: amount / v["median_s"] / 1e9 for k, v in sides.items()}
-    return {"layer": layer_name(batch, layer), "tune_s": wall, "trials": len(result.records),
+    return {"layer": layer_name(batch, layer), "tune_s": wall, "trials": len(result.trials),
             "config": result.best["config"], "gflops": gflops,
             "spread": {k: v.get("spread") for k, v in sides.items()},
             "default_ratio": gflops["default"] / gflops["torch"], "tuned_ratio": gflops["tuned"] / gflops["torch"]}

@@ -49,9 +49,9 @@ def run_once(task: Task, tuner: str, seed: int, trials: int, folder: str) -> dic
     """One tuning run from scratch; per trial the median seconds (None if it failed)."""
     records = os.path.join(folder, f"{task.key}-{tuner}-{seed}.jsonl")
     start = time.perf_counter()
-    result = tune(task, trials=trials, tuner=tuner, records=records, seed=seed, transfer=False)
+    result = tune(task, trials=trials, tuner=tuner, records=records, seed=seed, transfer=False, confirm=False)
     wall = time.perf_counter() - start
-    ordered = sorted(result.records, key=lambda r: r["trial"])
+    ordered = sorted(result.trials, key=lambda r: r["trial"])
     times = [r["result"]["median_s"] if not r.get("error") and r.get("result") else None for r in ordered]
     errors = [{"trial": r["trial"], **r["error"]} for r in ordered if r.get("error")]
     return {"tuner": tuner, "seed": seed, "wall_s": wall, "times_s": times, "errors": errors,

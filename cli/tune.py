@@ -157,7 +157,7 @@ def _summary(result, default_records: bool) -> dict:
     for r in result.errors:
         errors[r["error"]["kind"]] = errors.get(r["error"]["kind"], 0) + 1
     summary = {"task": task.name, "attrs": task.attrs, "target": str(task.target), "tuner": result.tuner,
-               "trials": len(result.records), "measured_now": result.measured, "elapsed_s": round(result.elapsed_s, 2),
+               "trials": len(result.trials), "measured_now": result.measured, "elapsed_s": round(result.elapsed_s, 2),
                "records": str(result.records_path), "default_records": default_records, "unit": task.unit,
                "best_config": best["config"] if best else None, "errors": errors}
     for name, r in (("best", best), ("default", default)):
