@@ -1,0 +1,69 @@
+"""Several configs of one kernel, timed interleaved in one process.
+
+Each ``--config`` is a JSON object of knob values (``{}``: the template's
+defaults); ``--torch`` adds PyTorch's kernel for a conv2d or one of its
+gradients as a reference side. Every side is warmed up, then sampled in turns
+(``kiln.bench.timing.compare``), so a drift in the machine's speed hits all of
+them: the way to compare configs on a noisy host.
+
+Run: ``python benchmarks/compare_configs.py conv2d_backward_weight --shape
+8x3x224x224,8x64x112x112 --attr kernel=7 --attr stride=2 --attr padding=3
+--config '{"pixels": 0}' --config '{}' --torch``
+"""
+from __future__ import annotations
+
+import argparse
+import json
+
+from kiln.bench.timing import calls_sampler, compare, kernel_sampler
+from kiln.cli.args import input_shapes, parse_attrs
+from kiln.runtime import build
+from kiln.runtime.measure import random_inputs, work
+
+
+def torch_side(kernel, arrays):
+    """PyTorch's kernel for the same conv2d workload on the same inputs."""
+    import torch
+    import tvm
+
+    torch.set_num_threads(tvm.runtime.num_threads())
+    a = kernel.workload.attrs
+    conv = {k: a[k] for k in ("stride", "padding", "dilation")}
+    t = [torch.from_numpy(x) for x in arrays]
+    name, grad = kernel.workload.op.name, torch.nn.grad
+    if name == "conv2d":
+        return calls_sampler(lambda: torch.nn.functional.conv2d(*t, **conv))
+    if name == "conv2d_backward_data":
+        n, o = t[0].shape[:2]
+        shape = (n, t[1].shape[1], *a["in_size"])
+        return calls_sampler(lambda: grad.conv2d_input(shape, t[1], t[0], **conv))
+    if name == "conv2d_backward_weight":
+        shape = (t[1].shape[1], t[0].shape[1], *a["kernel"])
+        return calls_sampler(lambda: grad.conv2d_weight(t[0], shape, t[1], **conv))
+    raise SystemExit(f"--torch: no PyTorch reference for {name} (conv2d and its gradients have one)")
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument("op")
+    parser.add_argument("--shape", required=True)
+    parser.add_argument("--attr", action="append", default=[])
+    parser.add_argument("--config", action="append", default=[], help="knob values as JSON (repeatable)")
+    parser.add_argument("--torch", action="store_true")
+    parser.add_argument("--repeat", type=int, default=10)
+    args = parser.parse_args()
+    shapes, attrs = input_shapes(args.op, args.shape), parse_attrs(args.op, args.attr)
+    configs = [json.loads(c) for c in args.config] or [{}]
+    kernels = [build(args.op, shapes, attrs=attrs, config=c) for c in configs]
+    arrays = random_inputs(kernels[0].shapes, kernels[0].dtypes)
+    samplers = {json.dumps(c): kernel_sampler(k, arrays) for c, k in zip(configs, kernels)}
+    if args.torch:
+        samplers["PyTorch"] = torch_side(kernels[0], arrays)
+    unit, amount = work(kernels[0].workload)
+    for name, side in compare(samplers, args.repeat).items():
+        rate = f"{amount / side['median_s'] / 1e9:8.1f} {unit}" if amount else ""
+        print(f"{name:50s} {side['median_s'] * 1e3:9.3f} ms {rate}  spread {100 * side['spread']:.0f}%")
+
+
+if __name__ == "__main__":
+    main()
