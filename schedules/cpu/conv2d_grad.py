@@ -160,10 +160,7 @@ def schedule_conv2d_backward_weight(sch, block, cfg: Config) -> NotApplicable | 
         c, i, j, o, rko, rk, rz = sch.get_loops(part)  # rfactor keeps the loops where they were
     else:
         rko, rk = None, sch.fuse(rn, ry)
-    co, ci = sch.split(c, [None, tile_c])
-    ko, ki = sch.split(sch.fuse(i, j), [None, tile_k])
-    sch.reorder(co, ko, ci, ki)
-    cko, cki = sch.fuse(co, ko), sch.fuse(ci, ki)
+    cko, cki = _tap_blocks(sch, c, i, j, tile_c, tile_k)
     oo, oi = sch.split(o, [None, tile_o])
     sch.reorder(*([rko] if rko is not None else []), cko, oo, rk, rz, cki, oi)
     tile = sch.cache_write(part, 0, "local")
@@ -197,6 +194,15 @@ def schedule_conv2d_backward_weight(sch, block, cfg: Config) -> NotApplicable | 
             schedule_injective(sch, other, cfg, prefix)
     return None
 
+
+
+def _tap_blocks(sch, c, i, j, tile_c: int, tile_k: int):
+    """(blocks, taps within a block) of the (C, KH, KW) loops: ``tile_c``
+    channels times a run of ``tile_k`` taps."""
+    co, ci = sch.split(c, [None, tile_c])
+    ko, ki = sch.split(sch.fuse(i, j), [None, tile_k])
+    sch.reorder(co, ko, ci, ki)
+    return sch.fuse(co, ko), sch.fuse(ci, ki)
 
 
 def _block(sch, name: str):
@@ -253,10 +259,7 @@ def _schedule_pixels(sch, name: str, cfg: Config, lanes: int, chunks: int, tile_
     part = sch.rfactor(lane, 4)  # partial sums (C, KH, KW, O, lanes)
     c, i, j, o, rn, ry, rzo, lane = sch.get_loops(part)
     rko, rki = sch.split(sch.fuse(rn, ry), [chunks, None])
-    co, ci = sch.split(c, [None, tile_c])
-    ko, ki = sch.split(sch.fuse(i, j), [None, tile_k])
-    sch.reorder(co, ko, ci, ki)
-    cko, cki = sch.fuse(co, ko), sch.fuse(ci, ki)
+    cko, cki = _tap_blocks(sch, c, i, j, tile_c, tile_k)
     oo, oi = sch.split(o, [None, pixel_o])
     # output channels outside the taps: the taps' input vectors stay in registers while each gy vector
     # streams (the other order held the gy vectors and spilled an accumulator; the stem at batch 8 on
