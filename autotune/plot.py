@@ -40,6 +40,8 @@ def curves(records: list[dict]) -> dict[tuple, tuple[str, list[float]]]:
     """(task name, tuner, run) -> (unit, best speed in that unit after each trial)."""
     runs: dict[tuple, list[dict]] = {}
     for r in records:
+        if rec.is_confirmed(r):  # the re-timing that ends a run, not a trial
+            continue
         t = r["task"]
         name = f"{t['op']}({', '.join('x'.join(map(str, s)) for s in t['shapes'])})"
         runs.setdefault((name, r.get("tuner", "?"), r.get("run", "?")), []).append(r)

@@ -197,5 +197,6 @@ def _plot(args, result) -> int:
     recs = rec.load(path, result.task.key if result else None)
     out = plot(recs, args.plot)
     # after a --json summary, stdout must stay one JSON object
-    print(f"tuning curves of {len(recs)} records written to {out}", file=sys.stderr if args.json else sys.stdout)
+    trials = sum(1 for r in recs if not rec.is_confirmed(r))
+    print(f"tuning curves of {trials} trials written to {out}", file=sys.stderr if args.json else sys.stdout)
     return 0

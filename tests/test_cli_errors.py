@@ -121,7 +121,7 @@ def test_tune_summary_of_a_memory_bound_op_and_a_custom_records_file(capsys, tmp
     assert summary["unit"] == "GB/s" and summary["best_rate"] > 0 and summary["measured_now"] == 0
     png = tmp_path / "curves.png"
     assert main(["tune", "--plot", str(png), "--records", str(path)]) == 0  # plotting alone is a mode of its own
-    assert "2 records" in capsys.readouterr().out and png.stat().st_size > 1000
+    assert "2 trials" in capsys.readouterr().out and png.stat().st_size > 1000
 
 
 # -- RPC ------------------------------------------------------------------------
