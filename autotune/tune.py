@@ -207,29 +207,28 @@ def _confirm(task, records, first, builder, runner, folder, data, about) -> list
     two configs succeeded."""
     ok = sorted((r for r in records if rec.is_ok(r) and not rec.is_confirmed(r)),
                 key=lambda r: r["result"]["median_s"])
-    configs, seen = [], set()
+    first_key, chosen = config_key(first), {}
     for r in ok:
         key = config_key(r["config"])
-        if key not in seen and (len(configs) < CONFIRM_TOP or key == config_key(first)):
-            configs.append(r["config"])
-            seen.add(key)
-    if len(configs) < 2:
+        if key not in chosen and (len(chosen) < CONFIRM_TOP or key == first_key):
+            chosen[key] = r["config"]
+    if len(chosen) < 2:
         return []
-    built = builder.build(task.target, [tvm.ir.save_json(task.lower(c).sch.mod) for c in configs], folder)
-    ready = [(c, b["library"]) for c, b in zip(configs, built) if b.get("ok")]
-    costs: dict[str, list] = {config_key(c): [] for c, _ in ready}
+    built = builder.build(task.target, [tvm.ir.save_json(task.lower(c).sch.mod) for c in chosen.values()], folder)
+    ready = [(key, b["library"]) for key, b in zip(chosen, built) if b.get("ok")]
+    costs: dict[str, list] = {key: [] for key, _ in ready}
     try:
-        for turn in range(CONFIRM_ROUNDS):
-            order = ready[turn % len(ready):] + ready[:turn % len(ready)] if ready else []
-            for (config, _), reply in zip(order, runner.run([lib for _, lib in order], data, task.target.kind)):
+        for turn in range(CONFIRM_ROUNDS if ready else 0):
+            order = ready[turn % len(ready):] + ready[:turn % len(ready)]
+            for (key, _), reply in zip(order, runner.run([lib for _, lib in order], data, task.target.kind)):
                 if reply.get("ok"):
-                    costs[config_key(config)] += [float(c) for c in reply["costs"]]
+                    costs[key] += reply["costs"]
     finally:
         for _, lib in ready:
             os.unlink(lib)
-    return [rec.make_record(task.json, config, result=_result(task, costs[config_key(config)]), confirmed=True,
-                            trial=None, runner=runner.describe(), **about)
-            for config, _ in ready if costs[config_key(config)]]
+    return [rec.make_record(task.json, chosen[key], result=_result(task, times), confirmed=True, trial=None,
+                            runner=runner.describe(), **about)
+            for key, times in costs.items() if times]
 
 
 def _replay(search, space, task, prior) -> None:

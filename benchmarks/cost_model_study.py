@@ -94,9 +94,9 @@ def summarize(name: str, runs: list[dict], retimed: dict | None = None) -> dict:
     """The target, each run's ``trials_to_95``, the per-seed ratios and the
     means of one task; with ``retimed`` (``retime``), a trial reaches the
     target when its config's re-timing is within 95% of the best re-timing."""
-    best = min(t for r in runs for t in r["times_s"] if t is not None)
+    best = min(retimed.values()) if retimed else min(t for r in runs for t in r["times_s"] if t is not None)
     target = best / GOOD
-    good = {k for k, t in retimed.items() if t <= min(retimed.values()) / GOOD} if retimed else None
+    good = {k for k, t in retimed.items() if t <= target} if retimed else None
     for r in runs:
         if good is None:
             r["trials_to_95"] = trials_to(r["times_s"], target)
@@ -116,9 +116,6 @@ def summarize(name: str, runs: list[dict], retimed: dict | None = None) -> dict:
                      "measured": {t: len(pair[t]["times_s"]) for t in TUNERS},
                      "ratio": count(x) / count(y), "flagged": not (x["trials_to_95"] and y["trials_to_95"])})
     mean = {t: statistics.mean(count(r) for r in runs if r["tuner"] == t) for t in TUNERS}
-    if retimed:
-        best = min(retimed.values())
-        target = best / GOOD
     return {"task": name, "best_s": best, "target_s": target, "good_configs": len(good) if good else None,
             "retimed": len(retimed) if retimed else None, "rows": rows, "mean_xgb": mean["xgb"],
             "mean_random": mean["random"], "mean_ratio": mean["xgb"] / mean["random"],

@@ -29,6 +29,12 @@ def block_name(sch, block) -> str:
     return sch.get(block).name_hint
 
 
+def find_block(sch, suffix: str):
+    """The first block whose name ends with ``suffix`` (a stage the op may or
+    may not have: ``_pad`` without padding), or None."""
+    return next((b for b in blocks(sch) if block_name(sch, b).endswith(suffix)), None)
+
+
 def is_reduction(sch, block) -> bool:
     return any(int(iv.iter_type) == REDUCE for iv in sch.get(block).iter_vars)
 

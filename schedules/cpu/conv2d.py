@@ -76,7 +76,7 @@ from ...te.workload import Workload
 from ..config import Config
 from ..dispatch import NOT_APPLICABLE, NotApplicable, register_template
 from ..generic import schedule_injective
-from ..util import blocks, const_int, divisors, extent, work
+from ..util import const_int, divisors, extent, find_block, work
 
 
 def _default_tiles(channels: int | None, width: int | None, lanes: int, budget, step: int = 1) -> tuple[int, int]:
@@ -209,7 +209,7 @@ def schedule_conv2d(sch, block, cfg: Config) -> NotApplicable | None:
     conv = block
     packed = cfg.workload.op.name == "conv2d_packed"  # the weight is already in the pack_w layout
     transposed = cfg.workload.op.name == "conv2d_backward_data"  # its output channels are w's input channels
-    taps = next((b for b in blocks(sch) if sch.get(b).name_hint.endswith("_taps")), None)  # per phase (strided)
+    taps = find_block(sch, "_taps")  # per phase (strided)
     nchw = packed or cfg.workload.attrs.get("layout", "NCHW") == "NCHW"
     blocked = packed and cfg.workload.attrs["out_block"]  # the output is NCHW[oc]c: its channel loop is split
     if blocked:  # n, o block, y, z, o lane | rc, ry, rx
@@ -243,7 +243,7 @@ def schedule_conv2d(sch, block, cfg: Config) -> NotApplicable | None:
         rows, row_macs, TASK_MACS if taps is None else PHASED_TASK_MACS))
     pack_w = not packed and taps is None and cfg.define_knob("pack_w", (0, 1), default=int(nchw)) and nchw
     par = cfg.define_knob("parallel", (0, 1), default=1)
-    pad = next((b for b in blocks(sch) if sch.get(b).name_hint.endswith("_pad")), None)
+    pad = find_block(sch, "_pad")
     pad_at = pad is not None and cfg.define_knob("pad_at", (0, 1), default=int(
         taps is not None or _pad_copies(cfg.workload.attrs, -(-o_ext // tile_oc) if nchw else 1, task_rows,
                                         const_int(extent(sch, r2 if nchw else r1))) <= PAD_AT_COPIES))

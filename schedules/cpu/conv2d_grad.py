@@ -71,7 +71,7 @@ import math
 from ..config import Config
 from ..dispatch import NOT_APPLICABLE, NotApplicable, register_template
 from ..generic import schedule_injective
-from ..util import blocks, const_int, divisors, extent
+from ..util import blocks, const_int, divisors, extent, find_block
 from .conv2d import LATENCY_ACCUMULATORS, _budget
 
 
@@ -136,13 +136,12 @@ def schedule_conv2d_backward_weight(sch, block, cfg: Config) -> NotApplicable | 
     cl_o = best_tile_o(slices(CHUNK_BYTES))
     weak = math.prod(fitting(cl_o)) * -(-cl_o // lanes) < LATENCY_ACCUMULATORS
     pixel_options = _pixel_options(sch, name, cfg, sums[2], lanes)
-    pixels = cfg.define_knob("pixels", pixel_options, default=int(
-        1 in pixel_options and weak))
+    pixels = cfg.define_knob("pixels", pixel_options, default=int(1 in pixel_options and weak))
     chunks = cfg.define_knob("chunks", tuple(chunk_options),
                              default=slices(PIXEL_CHUNK_BYTES if pixels else CHUNK_BYTES))
     tile_o = cfg.define_knob("tile_o", options, default=best_tile_o(chunks))
-    pixel_o = cfg.define_knob("pixel_o", tuple(d for d in divisors(o_ext) if d <= PIXEL_O_MAX), default=max(
-        d for d in divisors(o_ext) if d <= PIXEL_O_DEFAULT))
+    pixel_outs = tuple(d for d in divisors(o_ext) if d <= PIXEL_O_MAX)
+    pixel_o = cfg.define_knob("pixel_o", pixel_outs, default=max(d for d in pixel_outs if d <= PIXEL_O_DEFAULT))
     c_default, k_default = fitting(tile_o) if not pixels else _pixel_taps(
         channel_options, taps, budget(1) // pixel_o)
     tile_c = cfg.define_knob("tile_c", channel_options, default=c_default)
@@ -195,7 +194,6 @@ def schedule_conv2d_backward_weight(sch, block, cfg: Config) -> NotApplicable | 
     return None
 
 
-
 def _tap_blocks(sch, c, i, j, tile_c: int, tile_k: int):
     """(blocks, taps within a block) of the (C, KH, KW) loops: ``tile_c``
     channels times a run of ``tile_k`` taps."""
@@ -203,10 +201,6 @@ def _tap_blocks(sch, c, i, j, tile_c: int, tile_k: int):
     ko, ki = sch.split(sch.fuse(i, j), [None, tile_k])
     sch.reorder(co, ko, ci, ki)
     return sch.fuse(co, ko), sch.fuse(ci, ki)
-
-
-def _block(sch, name: str):
-    return next((b for b in blocks(sch) if sch.get(b).name_hint == name), None)
 
 
 def _pixel_options(sch, name: str, cfg: Config, width: int, lanes: int) -> tuple:
@@ -218,7 +212,7 @@ def _pixel_options(sch, name: str, cfg: Config, width: int, lanes: int) -> tuple
         return (0,)
     if stride == 1:
         return (0, 1)
-    pad = _block(sch, f"{name}_pad")
+    pad = find_block(sch, f"{name}_pad")
     padded = const_int(extent(sch, sch.get_loops(pad)[-1])) if pad is not None else None
     return (0, 1) if padded and padded % stride == 0 else (0,)
 
@@ -245,7 +239,7 @@ def _schedule_pixels(sch, name: str, cfg: Config, lanes: int, chunks: int, tile_
     gyt = sch.get_sblock(f"{name}_gyt")
     schedule_injective(sch, gyt, cfg, "gyt.")  # its knobs stay declared (one space for both schedules)
     sch.compute_inline(gyt)
-    pad = _block(sch, f"{name}_pad")
+    pad = find_block(sch, f"{name}_pad")
     if pad is not None:
         if stride > 1:
             def phases(n, c, h, w):
