@@ -58,3 +58,28 @@ def test_strided_data_gradient_tasks_take_whole_phase_cycles():
     for r in rows:
         got = kiln.build(case.op, case.shapes, attrs=case.attrs, config={"task_rows": r, "tile_oc": 16})(*arrays)
         assert_close(got, want, "float32", f"task_rows={r}")
+
+
+@pytest.mark.parametrize("shapes, attrs", [
+    ([(2, 8, 5, 5), (8, 6, 5, 5)], {"in_size": 15, "stride": 3, "padding": 2}),   # 5x5 taps in 3 phases
+    ([(1, 16, 6, 6), (16, 24, 3, 3)], {"in_size": 12, "stride": 2, "padding": 1}),
+    ([(1, 16, 6, 6), (16, 24, 3, 3)], {"in_size": 11, "stride": 2, "padding": 1}),  # odd height: no whole cycles
+])
+def test_unrolled_row_phases_match_numpy(shapes, attrs):
+    """``unroll_phase`` (a strided data gradient's row phases and kernel rows
+    unrolled, so a row's missing taps are not multiplied) gives the same
+    result as the rolled loop, and stride 1 has no such knob."""
+    case = Case("conv2d_backward_data", shapes, attrs=attrs)
+    space = Space(Task.create(case.op, case.shapes, case.dtype_list(), case.attrs))
+    assert space.choices("unroll_phase") == [0, 1]
+    arrays = random_inputs(case, np.random.default_rng(0))
+    op = get_op(case.op)
+    want = op.reference(*arrays, **op.parse_attrs(case.attrs))
+    for unroll in (0, 1):
+        for rows in space.choices("task_rows"):
+            config = {"unroll_phase": unroll, "task_rows": rows}
+            got = kiln.build(case.op, case.shapes, attrs=case.attrs, config=config)(*arrays)
+            assert_close(got, want, "float32", str(config))
+    unstrided = Space(Task.create(case.op, [(1, 16, 11, 11), (16, 24, 3, 3)], case.dtype_list(),
+                                  {"in_size": 11, "padding": 1}))
+    assert "unroll_phase" not in unstrided.knobs

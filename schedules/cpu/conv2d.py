@@ -18,8 +18,21 @@ FMAs for ``tile_ow + tile_oc / lanes`` loads.
               the micro-kernel), two channel vectors preferred: 4 x 16 for a
               56-wide map on AVX2, 7 x 8 for a 14-wide one. A strided
               ``conv2d_backward_data``'s tile is a multiple of the stride
-              wide (14 x 8 for a 14-wide map) and may use every register.
+              wide (14 x 8 for a 14-wide map) and may use every register on
+              AVX2 (see ``_budget``).
 ``unroll_kw`` 1 to unroll the kernel-column loop.
+``unroll_phase`` a strided ``conv2d_backward_data`` only: 1 to split each
+              task's rows into whole cycles of the row phases and unroll the
+              phase and the kernel-row loop, so each row's sub-kernel, and
+              which of its taps are missing, is a constant of the micro-kernel
+              (the columns' phases already are: the tile is a multiple of the
+              stride wide). With 0 the missing taps of a 3x3 stride-2 kernel
+              are multiplied by zero: 12 products per 2 x 2 outputs where 9
+              are real. Default 1: 2.0-2.3x on ResNet-18's stride-2 data
+              gradients (znver4, batch 1 and 8, interleaved), more than the
+              products saved: the unrolled rows also address the sub-kernel
+              with constant offsets. No effect where a task's rows are not
+              whole cycles of the phases (a height the stride does not divide).
 ``pack_w``    NCHW only: 1 to copy OIHW weights to ``[O / tile_oc, I, KH, KW,
               tile_oc]`` so the channel vector is contiguous (default 1).
 ``task_rows`` output rows per parallel task (a divisor of the output height;
@@ -84,11 +97,12 @@ def _default_tiles(channels: int | None, width: int | None, lanes: int, budget, 
     ``budget(vectors)`` whose width divides the output width (a tail tile
     would be predicated inside the micro-kernel); two channel vectors
     preferred, as they halve the broadcasts per FMA. With a ``step`` (a
-    strided data gradient's tiles, a multiple of the stride wide): of the
-    tiles with enough accumulators to hide the FMA latency, the one with the
-    fewest loads per FMA (on AVX2, 2 vectors x 4 columns at 56 and 28 wide
+    strided data gradient's tiles, a multiple of the stride wide): on AVX2,
+    of the tiles with enough accumulators to hide the FMA latency, the one
+    with the fewest loads per FMA (2 vectors x 4 columns at 56 and 28 wide
     ran 1.1-1.2x one vector x 14, and one vector x 14 at 14 wide 1.6x two
-    vectors x 2)."""
+    vectors x 2); on AVX-512, the most accumulators, as for a conv, within
+    its smaller budget."""
     if channels is not None and channels < lanes:  # the conv's budget (3 x 14 ran at half 3 x 8's rate)
         return channels, _divisor_tile(width, _budget(lanes)(1), step)
     tiles = [(vectors, _divisor_tile(width, budget(vectors), step)) for vectors in (2, 1)
@@ -98,7 +112,7 @@ def _default_tiles(channels: int | None, width: int | None, lanes: int, budget, 
 
     def merit(tile):
         vectors, ow = tile
-        if step == 1:
+        if step == 1 or lanes >= 16:
             return vectors * ow, vectors
         return vectors * ow >= LATENCY_ACCUMULATORS, -(vectors + ow) / (vectors * ow), vectors * ow
 
@@ -108,6 +122,12 @@ def _default_tiles(channels: int | None, width: int | None, lanes: int, budget, 
 
 #: accumulators that keep both FMA pipes busy through the FMA latency (2 x 4 cycles)
 LATENCY_ACCUMULATORS = 8
+
+#: a strided data gradient's accumulators on AVX-512: ResNet-18's stride-2 layers (znver4,
+#: interleaved, batch 1 / 8) ran one vector x 14 columns at 182 / 206 GFLOPS on a 28-wide map
+#: where two vectors x 14 (28 accumulators, every register) ran 150 / 174 and two x 4 145 / 168;
+#: 141 / 184 vs 122 / 152 on a 14-wide map; on a 56-wide map two x 8 and one x 14 tie (190)
+PHASED_WIDE_ACCUMULATORS = 16
 
 
 def _divisor_tile(width: int | None, limit: int, step: int = 1) -> int:
@@ -167,13 +187,14 @@ def _budget(lanes: int, phased: bool = False):
     """Output columns a tile of ``vectors`` channel vectors may have: for a
     conv, 24 (AVX-512) or 12 (AVX2) accumulators in all, most of the 32 or
     16 vector registers, the rest left for the weight vectors and a
-    broadcast; for a strided ``conv2d_backward_data``, every register but the
-    weight vectors and a broadcast (its tiles are narrow: on a 14-wide map,
-    one vector by 14 columns ran at 1.4x one vector by 7, whose columns
-    alternate phases)."""
+    broadcast. For a strided ``conv2d_backward_data`` on AVX2, every register
+    but the weight vectors and a broadcast (its tiles are narrow: on a 14-wide
+    map, one vector by 14 columns ran at 1.4x one vector by 7, whose columns
+    alternate phases); on AVX-512, ``PHASED_WIDE_ACCUMULATORS``."""
     if phased:
-        registers = 32 if lanes >= 16 else 16
-        return lambda vectors: (registers - vectors - 1) // vectors
+        if lanes >= 16:
+            return lambda vectors: PHASED_WIDE_ACCUMULATORS // vectors
+        return lambda vectors: (16 - vectors - 1) // vectors
     total = 24 if lanes >= 16 else 12
     return lambda vectors: total // vectors
 
@@ -262,8 +283,12 @@ def schedule_conv2d(sch, block, cfg: Config) -> NotApplicable | None:
     zo, zi = sch.split(z, [None, tile_ow])
     yo, yi = sch.split(y, [None, task_rows])
     kw_loop = r3 if nchw else r2
+    row_phase = None
+    unroll_phase = taps is not None and cfg.define_knob("unroll_phase", (0, 1), default=1)
+    if unroll_phase and task_rows % cfg.workload.attrs["stride"][0] == 0:
+        yi, row_phase = sch.split(yi, [None, cfg.workload.attrs["stride"][0]])
     if nchw:
-        sch.reorder(n, oo, yo, yi, zo, r1, r2, r3, zi, oi)
+        sch.reorder(n, oo, yo, yi, *([row_phase] if row_phase is not None else []), zo, r1, r2, r3, zi, oi)
     else:
         sch.reorder(n, yo, yi, zo, oo, r1, r2, r3, zi, oi)
     acc = sch.cache_write(conv, 0, "local")
@@ -274,6 +299,9 @@ def schedule_conv2d(sch, block, cfg: Config) -> NotApplicable | None:
     sch.unroll(zi)
     if unroll_kw:
         sch.unroll(kw_loop)
+    if row_phase is not None:
+        sch.unroll(row_phase)
+        sch.unroll(r2)
     outer = sch.fuse(n, oo, yo) if nchw else sch.fuse(n, yo)
     if par:
         sch.parallel(outer)
