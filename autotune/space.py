@@ -4,8 +4,12 @@ The template is run once with its defaults to learn the knobs. Some knobs
 constrain others (the matmul's ``tile_k`` must be a multiple of ``unroll_k``),
 so a config is valid when the template accepts it: ``check`` lowers it (a few
 milliseconds) and memoizes the answer together with the config's features.
-Configs are canonical — every declared knob with its value — so two spellings
-of one schedule are one point of the space.
+Configs are canonical — every declared knob with its value — and two configs
+whose scheduled programs are structurally equal (a knob with no effect under
+the others' values: ``conv2d_backward_data``'s ``unroll_phase`` on a height the
+stride does not divide, the weight gradient's column knobs under ``pixels``)
+are one point of the space, the first one met: a tuner never measures the
+same program twice.
 """
 from __future__ import annotations
 
@@ -14,6 +18,7 @@ import math
 from typing import Iterator
 
 import numpy as np
+import tvm_ffi
 
 from ..errors import KilnError
 from ..schedules import config_key
@@ -30,6 +35,7 @@ class Space:
         self._task_features = features.task_features(task)
         self._checked: dict[str, dict | None] = {}
         self._features: dict[str, dict] = {}
+        self._programs: dict[int, dict] = {}  # structural hash of the scheduled program -> its canonical config
         self._remember(self.default, lowered)
 
     # -- the knobs ----------------------------------------------------------------
@@ -60,7 +66,7 @@ class Space:
         return dict(found) if found is not None else None
 
     def _remember(self, config: dict, lowered) -> dict:
-        canonical = lowered.cfg.resolved()
+        canonical = self._programs.setdefault(tvm_ffi.structural_hash(lowered.sch.mod), lowered.cfg.resolved())
         key = config_key(canonical)
         self._checked[config_key(config)] = self._checked[key] = canonical
         if key not in self._features:
@@ -108,10 +114,11 @@ class Space:
     def grid(self) -> Iterator[dict]:
         """Every valid config, in a fixed order (the default first)."""
         yield dict(self.default)
-        names = list(self.knobs)
+        names, seen = list(self.knobs), {config_key(self.default)}
         for values in itertools.product(*(self.choices(n) for n in names)):
             found = self.check(dict(zip(names, values)))
-            if found is not None and found != self.default:
+            if found is not None and config_key(found) not in seen:
+                seen.add(config_key(found))
                 yield found
 
     def draw(self, rng: np.random.Generator) -> dict:

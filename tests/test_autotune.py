@@ -39,6 +39,20 @@ def test_space_knobs_sample_neighbour_and_grid():
     assert space.check(dict(space.default, unroll_k=8, tile_k=4)) is None  # tile_k must be a multiple of unroll_k
 
 
+@pytest.mark.parametrize("in_size, same", [(11, True), (12, False)])
+def test_configs_of_one_program_are_one_point(in_size, same):
+    """A knob that changes nothing under the others' values (``unroll_phase``
+    where a task's rows are not whole cycles of the phases: an odd height
+    under stride 2) gives the config met first, so it is not measured twice;
+    where it does change the program, two points."""
+    space = Space(Task.create("conv2d_backward_data", [(1, 16, 6, 6), (16, 24, 3, 3)],
+                              attrs={"in_size": in_size, "stride": 2, "padding": 1}))
+    rolled = space.check(dict(space.default, unroll_phase=0))
+    assert space.check(dict(space.default, unroll_phase=1)) == space.default
+    assert (rolled == space.default) is same
+    assert rolled["unroll_phase"] == (1 if same else 0)
+
+
 def test_features_name_knobs_loops_and_task():
     space = Space(SMALL)
     f = space.features(space.default)

@@ -76,9 +76,9 @@ def test_crashing_and_hanging_configs_are_recorded_and_the_search_goes_on(tmp_pa
 
 def test_miscompiled_config_is_caught_by_the_reference_check(tmp_path, monkeypatch):
     def wrong(sch, block, cfg):
-        cfg.define_knob("sign", (1, -1), default=1)
         (loop,) = sch.get_loops(block)
-        sch.parallel(loop)
+        if cfg.define_knob("parallel", (1, 0), default=1):  # two programs, both "wrong" against the reference
+            sch.parallel(loop)
 
     monkeypatch.setitem(dispatch._BY_OP, ("negate", "cpu"), wrong)
     task = Task.create("negate", [(64,)])
