@@ -17,7 +17,7 @@ from .runners import Builder, LocalRunner, RPCRunner
 from .scheduler import Schedule, TaskScheduler
 from .space import Space
 from .task import Task
-from .tune import TuneResult, tune
+from .tune import TuneResult, confirm, tune
 from .tuners import TUNERS, GridTuner, RandomTuner, XGBTuner
 
 
@@ -36,6 +36,6 @@ def apply_records(path) -> None:
     _records.apply(path)
 
 
-__all__ = ["Task", "Space", "tune", "TuneResult", "extract", "ModelTask", "TaskScheduler", "Schedule", "tune_model",
+__all__ = ["Task", "Space", "tune", "confirm", "TuneResult", "extract", "ModelTask", "TaskScheduler", "Schedule", "tune_model",
            "model_times", "Builder", "LocalRunner", "RPCRunner", "TUNERS", "RandomTuner",
            "GridTuner", "XGBTuner", "load_records", "best", "apply_records"]

@@ -10,6 +10,12 @@ and an optimistic ``best / trials`` (forward: tasks tuned little are likely
 to gain more). A task stops after ``patience`` trials without a faster
 config, or when its space runs out.
 
+A run ends by confirming each task it measured (``tune.confirm``: its
+fastest configs and its baseline timed again, interleaved), the tasks with
+the largest estimated share first, while the time budget allows: a round's
+single timings can be lucky ones, and the confirmed records are what
+``records.best`` (so export and training) and the estimates go by.
+
 Every round is a ``tune`` call with ``resume=True`` on one records file, so
 the records are the whole state: what a run finds there is built on, never
 measured again, and a run killed at any point resumes from them
@@ -28,6 +34,7 @@ from pathlib import Path
 from typing import Callable
 
 from ..errors import AttrError
+from ..schedules import config_key
 from . import records as rec
 from .extract import ModelTask
 
@@ -45,6 +52,8 @@ class TaskState:
     since_best: int = 0
     stopped: str = ""         # why it gets no more rounds ("" while it may)
     round_s: float = 0.0      # wall seconds of its last round
+    measured_now: int = 0     # trials this run measured
+    confirmed: bool = False   # its best re-timed at the end of this run
     history: list = field(default_factory=list)
 
     @property
@@ -85,12 +94,14 @@ class TaskScheduler:
     ``tune_round(model_task, n)`` measures up to ``n`` more configs of a
     ``ModelTask`` (its baseline config first) and returns all of its records (default: ``tune`` with ``resume=True``
     on ``records``, sharing ``runner`` and ``builder`` among rounds); tests
-    give a fake one.
+    give a fake one. ``confirm_round(model_task)`` confirms a task's records
+    and returns them all (default ``tune.confirm`` with the real
+    ``tune_round``, none with a fake one, which has no kernels to re-time).
     """
 
     def __init__(self, tasks: list, records=None, tuner: str = "xgb", round_trials: int = 8, patience: int = 32,
                  seed: int = 0, runner=None, builder=None, alpha: float = 0.2,
-                 tune_round: Callable | None = None):
+                 tune_round: Callable | None = None, confirm_round: Callable | None = None):
         if not tasks:
             raise AttrError("got no tasks, expected the tasks of a model (kiln.autotune.extract)", op="tune",
                             arg="tasks")
@@ -102,6 +113,7 @@ class TaskScheduler:
         self.round_trials, self.patience, self.alpha = round_trials, patience, alpha
         self.runner, self.builder = runner, builder
         self.tune_round = tune_round or self._tune_round
+        self.confirm_round = confirm_round or (self._confirm_round if tune_round is None else None)
 
     def run(self, trials: int | None = None, budget_s: float | None = None, resume: bool = False,
             callback: Callable[[Schedule], None] | None = None) -> Schedule:
@@ -135,8 +147,29 @@ class TaskScheduler:
             plan.rounds += 1
             if callback:
                 callback(plan)
+        self._confirm(plan)
         plan.current = None
         return plan
+
+    def _confirm(self, plan: Schedule) -> None:
+        """Confirm the tasks this run measured, largest share first, each
+        while the time left covers it (the last confirmation's seconds, or
+        the task's last round's)."""
+        if self.confirm_round is None:
+            return
+        took = 0.0
+        for state in sorted((s for s in plan.states if s.measured_now and s.best_s < math.inf),
+                            key=lambda s: -s.calls * s.best_s):
+            if plan.budget_s is not None and plan.elapsed + (took or state.round_s) > plan.budget_s:
+                break
+            start = time.monotonic()
+            found = self.confirm_round(state.model_task)
+            took = time.monotonic() - start
+            state.best_s = rec.best(found)["result"]["median_s"]
+            baseline = config_key(found[0]["config"])
+            state.default_s = next((r["result"]["median_s"] for r in reversed(found) if rec.is_confirmed(r)
+                                    and config_key(r["config"]) == baseline), state.default_s)
+            state.confirmed = True
 
     # -- choosing ------------------------------------------------------------------------
     def _pick(self, plan: Schedule) -> TaskState | None:
@@ -162,21 +195,31 @@ class TaskScheduler:
     def _round_size(self, plan: Schedule, state: TaskState) -> int:
         """The next round's trials: ``round_trials`` within the trial budget;
         none when the time left is less than the round is expected to take
-        (its task's last round, else the mean round of the others), so a
-        run ends before its budget rather than after it."""
+        (its task's last round, else the mean round of the others) and the
+        confirmations after it, so a run ends before its budget rather than
+        after it."""
         n = self.round_trials
         if plan.trial_budget is not None:
             n = min(n, plan.trial_budget - plan.trials)
         if plan.budget_s is not None and n > 0:
             rounds = [s.round_s for s in plan.states if s.round_s]
             expected = state.round_s or (sum(rounds) / len(rounds) if rounds else 0.0)
-            if plan.elapsed + expected > plan.budget_s:
+            if plan.elapsed + expected + self._confirm_reserve(plan, state, expected) > plan.budget_s:
                 n = 0
         return n
+
+    def _confirm_reserve(self, plan: Schedule, state: TaskState, expected: float) -> float:
+        """Seconds kept for the confirmations that end the run: one round's
+        worth per task measured (a confirmation builds half a round's
+        configs and times them three times), ``state``'s included."""
+        if self.confirm_round is None:
+            return 0.0
+        return sum(s.round_s for s in plan.states if s.measured_now and s is not state) + expected
 
     # -- bookkeeping ---------------------------------------------------------------------
     def _absorb(self, state: TaskState, found: list, measured: int, seconds: float) -> None:
         """Update ``state`` from all of its task's records after a round of ``measured`` trials."""
+        found = [r for r in found if not rec.is_confirmed(r)]  # trials only (a confirmation is no trial)
         ok = [r for r in found if rec.is_ok(r)]
         best = min((r["result"]["median_s"] for r in ok), default=math.inf)
         new = len(found) - state.trials
@@ -186,6 +229,7 @@ class TaskScheduler:
         state.best_s = min(best, state.best_s)
         state.trials = len(found)
         if measured:
+            state.measured_now += new
             state.round_s = seconds
             state.history.append((state.trials, state.best_s))
             if new < measured:
@@ -200,6 +244,13 @@ class TaskScheduler:
                       runner=self.runner, builder=self.builder, batch_size=n, seed=self.seed,
                       confirm=False)  # a round of a model's budget: its trials only
         return result.records
+
+    def _confirm_round(self, task: ModelTask) -> list:
+        from .tune import confirm
+
+        confirm(task.task, self.records, first=task.baseline, runner=self.runner, builder=self.builder,
+                tuner=self.tuner, seed=self.seed)
+        return rec.load(self.records, task.task.key)
 
 
 def _weight(task) -> float:

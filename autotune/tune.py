@@ -200,6 +200,32 @@ def tune(task: Task, trials: int = 64, tuner: str = "xgb", records: str | os.Pat
     return TuneResult(task, path, prior + session, measured, progress.elapsed, tuner, first)
 
 
+def confirm(task: Task, records: str | os.PathLike | None = None, first: dict | None = None, runner=None,
+            builder=None, **about) -> list[dict]:
+    """Confirm ``task``'s records as a ``tune`` run ends (``CONFIRM_TOP``
+    fastest trials and ``first``, default the template's default, timed
+    again interleaved), append the confirmed records to ``records`` and
+    return them: what a model's tuning does for each task it measured,
+    whose rounds are ``tune(confirm=False)`` calls."""
+    path = Path(records) if records else rec.default_path()
+    space = Space(task)
+    first = (space.check(first) if first else None) or dict(space.default)
+    own_runner, own_builder = runner is None, builder is None
+    runner, builder = runner or LocalRunner(), builder or Builder()
+    folder = tempfile.mkdtemp(prefix="kiln-confirm-")
+    try:
+        confirmed = _confirm(task, rec.load(path, task.key), first, builder, runner, folder,
+                             _write_data(task, folder), about)
+        rec.append(path, confirmed)
+    finally:
+        shutil.rmtree(folder, ignore_errors=True)
+        if own_runner:
+            runner.close()
+        if own_builder:
+            builder.close()
+    return confirmed
+
+
 def _confirm(task, records, first, builder, runner, folder, data, about) -> list[dict]:
     """Records of the ``CONFIRM_TOP`` fastest configs of ``records`` and of
     ``first``, timed again in ``CONFIRM_ROUNDS`` rounds (each round in a

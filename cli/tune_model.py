@@ -103,6 +103,7 @@ def _clock(seconds: float) -> str:
 
 def _summary(args, plan, times: dict) -> dict:
     tasks = [{"task": s.model_task.name, "calls": s.calls, "trials": s.trials, "stopped": s.stopped or None,
+              "confirmed": s.confirmed,
               "default_ms": s.default_s * 1e3 if s.default_s < math.inf else None,
               "best_ms": s.best_s * 1e3 if s.best_s < math.inf else None} for s in plan.states]
     return {"model": args.model, "batch": args.batch_size, "training": args.training, "trials": plan.trials,
@@ -119,7 +120,8 @@ def _table(s: dict) -> str:
              f"  {'task':<{width}}  calls  trials  default ms    best ms"]
     for t in s["tasks"]:
         shown = [f"{t[k]:10.4f}" if t[k] is not None else f"{'-':>10}" for k in ("default_ms", "best_ms")]
-        lines.append(f"  {t['task']:<{width}}  {t['calls']:>5}  {t['trials']:>6}  {shown[0]} {shown[1]}")
+        lines.append(f"  {t['task']:<{width}}  {t['calls']:>5}  {t['trials']:>6}  {shown[0]} {shown[1]}"
+                     f"{'  confirmed' if t['confirmed'] else ''}")
     lines.append(f"  kernels (calls x time): {s['estimate_untuned_ms']:.4f} -> {s['estimate_tuned_ms']:.4f} ms")
     lines.append(f"  the model, measured:    {s['untuned_ms']:.4f} -> {s['tuned_ms']:.4f} ms "
                  f"({s['speedup']:.2f}x)")

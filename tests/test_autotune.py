@@ -152,6 +152,19 @@ def test_tuned_config_is_used_by_build(tmp_path, monkeypatch):
         assert kiln.build("matmul", task.shapes).config == {}
 
 
+def test_best_trusts_a_confirmation_only_until_a_later_trial():
+    def made(median, confirmed=False, k=0):
+        return records.make_record(SMALL.json, {"k": k}, result={"median_s": median, "costs": [median]},
+                                   confirmed=confirmed)
+    lucky, slow = made(1.0, k=1), made(3.0, k=2)
+    retimed = made(2.0, confirmed=True, k=1)
+    assert records.best([lucky, slow, retimed]) is retimed  # the re-timing beats the lucky single timing
+    later = made(1.5, k=3)  # measured since, by a run that did not confirm (a model's rounds)
+    assert records.best([lucky, slow, retimed, later]) is lucky
+    assert records.best([lucky, slow, retimed, later, made(1.6, confirmed=True, k=3)])["result"]["median_s"] == 1.6
+    assert records.best([]) is None
+
+
 def test_records_torn_and_corrupt_lines_are_skipped_with_a_warning(tmp_path):
     path = tmp_path / "r.jsonl"
     good = records.make_record(SMALL.json, {"tile_m": 4}, result={"median_s": 1.0, "gflops": 1.0, "costs": [1.0]})

@@ -164,6 +164,34 @@ def test_scheduler_stops_tasks_that_stop_improving_and_honours_budgets():
         TaskScheduler([])
 
 
+def test_a_run_ends_by_confirming_the_tasks_it_measured_largest_share_first():
+    tasks, big, small = _two_tasks()
+    log, confirmed = [], []
+    made = _fake({big.key: 1e-3, small.key: 1e-5}, log)
+    kept: dict = {}
+
+    def tune_round(model_task, n):
+        kept[model_task.task.key] = made(model_task, n)
+        return list(kept[model_task.task.key])
+
+    def confirm_round(model_task):  # the re-timing finds every config 10% slower than its trial said
+        task, found = model_task.task, kept[model_task.task.key]
+        confirmed.append(task.key)
+        best, first = min(found, key=lambda r: r["result"]["median_s"]), found[0]
+        again = [records.make_record(task.json, r["config"], confirmed=True,
+                                     result={"median_s": 1.1 * r["result"]["median_s"], "costs": []})
+                 for r in (best, first)]
+        return found + again
+    plan = TaskScheduler(tasks, round_trials=4, tune_round=tune_round, confirm_round=confirm_round).run(trials=24)
+    assert confirmed == [big.key, small.key]
+    by_key = {s.model_task.task.key: s for s in plan.states}
+    assert all(s.confirmed and s.trials == len(kept[k]) for k, s in by_key.items())
+    trial_best = min(r["result"]["median_s"] for r in kept[big.key])
+    assert by_key[big.key].best_s == pytest.approx(1.1 * trial_best)
+    assert by_key[big.key].default_s == pytest.approx(1.1e-3)
+    assert TaskScheduler(tasks, round_trials=4, tune_round=tune_round).confirm_round is None  # a fake: none
+
+
 def test_a_killed_model_tune_resumes_without_remeasuring(tmp_path):
     path = tmp_path / "records.jsonl"
     cmd = [sys.executable, "-m", "kiln", "tune", "--model", "mlp", "--trials", "12", "--batch", "4",
@@ -185,9 +213,12 @@ def test_a_killed_model_tune_resumes_without_remeasuring(tmp_path):
     finally:
         runner.close()
     after = records.load(path)
-    assert len(after) == 12 and plan.measured == 12 - len(before) and after[:len(before)] == before
-    measured = [(r["task_key"], kiln.schedules.config_key(r["config"])) for r in after]
+    trials = [r for r in after if not records.is_confirmed(r)]
+    assert len(trials) == 12 and plan.measured == 12 - len(before) and after[:len(before)] == before
+    measured = [(r["task_key"], kiln.schedules.config_key(r["config"])) for r in trials]
     assert len(set(measured)) == len(measured)  # nothing measured twice
+    assert {r["task_key"] for r in after if records.is_confirmed(r)} == \
+        {s.model_task.task.key for s in plan.states if s.confirmed} != set()  # then the tasks it measured confirmed
 
 
 def test_tuned_records_reach_the_export_and_the_compiled_step(tmp_path, monkeypatch):
