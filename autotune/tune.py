@@ -18,6 +18,7 @@ and timed in ``CONFIRM_ROUNDS`` interleaved rounds, and these records
 """
 from __future__ import annotations
 
+import contextlib
 import os
 import shutil
 import tempfile
@@ -150,17 +151,12 @@ def tune(task: Task, trials: int = 64, tuner: str = "xgb", records: str | os.Pat
     run_id = next((r["run"] for r in reversed(prior) if r.get("tuner") == tuner and r.get("run")), None) or \
         f"{time.strftime('%Y%m%dT%H%M%S')}-{os.getpid()}-{tuner}-{seed}"
 
-    own_runner, own_builder = runner is None, builder is None
-    runner = runner or LocalRunner()
-    builder = builder or Builder()
     if new_trials is not None:
         trials = min(trials, len(search.visited) + new_trials)
     progress = Progress(task, trials, done=len(search.visited), resumed=len(search.visited))
     progress.best_s = min((r["result"]["median_s"] for r in prior if rec.is_ok(r)), default=float("inf"))
-    folder = tempfile.mkdtemp(prefix="kiln-tune-")
-    data = _write_data(task, folder)
     session, since_best = [], 0
-    try:
+    with _workers(task, runner, builder, "kiln-tune-") as (runner, builder, folder, data):
         while progress.done < trials:
             n = min(batch_size, trials - progress.done)
             batch = _with_first(search, first, n) if progress.done == 0 else search.next_batch(n)
@@ -190,12 +186,6 @@ def tune(task: Task, trials: int = 64, tuner: str = "xgb", records: str | os.Pat
                                  {"tuner": tuner, "run": run_id, "seed": seed})
             rec.append(path, confirmed)
             session += confirmed
-    finally:
-        shutil.rmtree(folder, ignore_errors=True)
-        if own_runner:
-            runner.close()
-        if own_builder:
-            builder.close()
     measured = sum(1 for r in session if not rec.is_confirmed(r))
     return TuneResult(task, path, prior + session, measured, progress.elapsed, tuner, first)
 
@@ -210,20 +200,28 @@ def confirm(task: Task, records: str | os.PathLike | None = None, first: dict | 
     path = Path(records) if records else rec.default_path()
     space = Space(task)
     first = (space.check(first) if first else None) or dict(space.default)
+    with _workers(task, runner, builder, "kiln-confirm-") as (runner, builder, folder, data):
+        confirmed = _confirm(task, rec.load(path, task.key), first, builder, runner, folder, data, about)
+    rec.append(path, confirmed)
+    return confirmed
+
+
+@contextlib.contextmanager
+def _workers(task, runner, builder, prefix: str):
+    """``(runner, builder, folder, data)``: the given runner and builder, or
+    new ones closed on leaving, and a temporary folder (removed on leaving)
+    holding the task's inputs and expected outputs (``data``)."""
     own_runner, own_builder = runner is None, builder is None
     runner, builder = runner or LocalRunner(), builder or Builder()
-    folder = tempfile.mkdtemp(prefix="kiln-confirm-")
+    folder = tempfile.mkdtemp(prefix=prefix)
     try:
-        confirmed = _confirm(task, rec.load(path, task.key), first, builder, runner, folder,
-                             _write_data(task, folder), about)
-        rec.append(path, confirmed)
+        yield runner, builder, folder, _write_data(task, folder)
     finally:
         shutil.rmtree(folder, ignore_errors=True)
         if own_runner:
             runner.close()
         if own_builder:
             builder.close()
-    return confirmed
 
 
 def _confirm(task, records, first, builder, runner, folder, data, about) -> list[dict]:
