@@ -35,6 +35,7 @@ import tvm
 
 from .. import config as kiln_config
 from ..errors import CacheError
+from ..schedules.config import config_key
 from ..te.workload import Workload, digest
 from ..version import __version__ as VERSION
 
@@ -150,6 +151,15 @@ def best(records: Iterable[dict]) -> dict | None:
     current = last is not None and all(is_confirmed(r) for r in ok[last:])
     pool = [r for r in ok if is_confirmed(r)] if current else ok
     return min(pool, key=lambda r: r["result"]["median_s"]) if pool else None
+
+
+def baseline(records: Iterable[dict], config: dict) -> dict | None:
+    """The successful record of ``config`` (a run's first, the config it is
+    measured against): its latest confirmation, timed beside the best, when
+    there is one, else its first trial; None when it has none."""
+    key = config_key(config)
+    found = [r for r in records if is_ok(r) and config_key(r["config"]) == key]
+    return next((r for r in reversed(found) if is_confirmed(r)), found[0] if found else None)
 
 
 def prepare(path) -> None:

@@ -34,7 +34,6 @@ from pathlib import Path
 from typing import Callable
 
 from ..errors import AttrError
-from ..schedules import config_key
 from . import records as rec
 from .extract import ModelTask
 
@@ -166,9 +165,8 @@ class TaskScheduler:
             found = self.confirm_round(state.model_task)
             took = time.monotonic() - start
             state.best_s = rec.best(found)["result"]["median_s"]
-            baseline = config_key(found[0]["config"])
-            state.default_s = next((r["result"]["median_s"] for r in reversed(found) if rec.is_confirmed(r)
-                                    and config_key(r["config"]) == baseline), state.default_s)
+            first = next(r for r in found if rec.is_ok(r) and not rec.is_confirmed(r))  # as ``_absorb`` takes it
+            state.default_s = rec.baseline(found, first["config"])["result"]["median_s"]
             state.confirmed = True
 
     # -- choosing ------------------------------------------------------------------------

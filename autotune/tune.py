@@ -87,9 +87,7 @@ class TuneResult:
     @property
     def default(self) -> dict | None:
         """The first config's record: its confirmation, timed beside the best, when there is one."""
-        default = config_key(self.default_config)
-        found = [r for r in self.records if rec.is_ok(r) and config_key(r["config"]) == default]
-        return next((r for r in reversed(found) if rec.is_confirmed(r)), found[0] if found else None)
+        return rec.baseline(self.records, self.default_config)
 
     @property
     def errors(self) -> list:

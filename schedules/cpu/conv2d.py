@@ -248,7 +248,7 @@ def schedule_conv2d(sch, block, cfg: Config) -> NotApplicable | None:
     budget = _budget(lanes, phased=taps is not None)
     # a strided data gradient: a tile as wide as a multiple of the stride, so each column's phase (its
     # sub-kernel and its missing taps) is a constant of the unrolled micro-kernel, not computed per column
-    step = cfg.workload.attrs["stride"][1] if taps is not None else 1
+    phase_h, step = cfg.workload.attrs["stride"] if taps is not None else (1, 1)
     oc_default, ow_default = _default_tiles(o_ext, z_ext, lanes, budget, step)
     if packed:
         tile_oc = static(cfg.workload.shapes[1][4])
@@ -262,7 +262,7 @@ def schedule_conv2d(sch, block, cfg: Config) -> NotApplicable | None:
     unroll_kw = cfg.define_knob("unroll_kw", (0, 1), default=1)
     h_ext = const_int(extent(sch, y))
     row_macs = z_ext * tile_oc * (work(sch, (r1, r2, r3)) or 1)
-    rows = _task_row_choices(h_ext, cfg.workload.attrs["stride"][0] if taps is not None else 1)
+    rows = _task_row_choices(h_ext, phase_h)
     task_rows = cfg.define_knob("task_rows", rows, default=_default_task_rows(
         rows, row_macs, TASK_MACS if taps is None else PHASED_TASK_MACS))
     pack_w = not packed and taps is None and cfg.define_knob("pack_w", (0, 1), default=int(nchw)) and nchw
@@ -286,12 +286,11 @@ def schedule_conv2d(sch, block, cfg: Config) -> NotApplicable | None:
     zo, zi = sch.split(z, [None, tile_ow])
     yo, yi = sch.split(y, [None, task_rows])
     kw_loop = r3 if nchw else r2
-    row_phase = None
-    unroll_phase = taps is not None and cfg.define_knob("unroll_phase", (0, 1), default=1)
-    if unroll_phase and task_rows % cfg.workload.attrs["stride"][0] == 0:
-        yi, row_phase = sch.split(yi, [None, cfg.workload.attrs["stride"][0]])
+    row_phase = []  # a strided data gradient's phase loop, when its rows are unrolled
+    if taps is not None and cfg.define_knob("unroll_phase", (0, 1), default=1) and task_rows % phase_h == 0:
+        yi, *row_phase = sch.split(yi, [None, phase_h])
     if nchw:
-        sch.reorder(n, oo, yo, yi, *([row_phase] if row_phase is not None else []), zo, r1, r2, r3, zi, oi)
+        sch.reorder(n, oo, yo, yi, *row_phase, zo, r1, r2, r3, zi, oi)
     else:
         sch.reorder(n, yo, yi, zo, oo, r1, r2, r3, zi, oi)
     acc = sch.cache_write(conv, 0, "local")
@@ -302,8 +301,8 @@ def schedule_conv2d(sch, block, cfg: Config) -> NotApplicable | None:
     sch.unroll(zi)
     if unroll_kw:
         sch.unroll(kw_loop)
-    if row_phase is not None:
-        sch.unroll(row_phase)
+    if row_phase:
+        sch.unroll(*row_phase)
         sch.unroll(r2)
     outer = sch.fuse(n, oo, yo) if nchw else sch.fuse(n, yo)
     if par:
