@@ -104,21 +104,44 @@ def to_relax(graph: Graph, name: str = "main", suffix: str = "",
 #: channels 8x8 at 64 rows, about 0.5M multiply-adds, run faster on one)
 PARALLEL_WORK = 1 << 20
 
+#: bytes of activations (the first input and the outputs) from which a kernel
+#: runs on every thread whatever its work: the data a parallel producer left
+#: split across the cores' caches is read where it lies, and a parallel
+#: consumer reads it so. The digits CNN at 64 rows (znver4, interleaved):
+#: its 1 -> 16 channel conv (0.6M multiply-adds, 278 KB) and its pooling
+#: (524 KB) on one thread cost its 16 -> 32 channel conv 9.6 us and
+#: themselves 8.4 more than timed alone (0.222 -> 0.209 ms a call with them
+#: parallel); at 16 rows, 131 KB, they stay on one thread
+PARALLEL_BYTES = 1 << 18
+
 
 def _one_thread(space: dict) -> dict:
     return {k: 0 for k in space if k.split(".")[-1].split("_")[-1] == "parallel"}  # parallel, pad.parallel, x_parallel
 
 
-def _row_work(workload) -> float:
-    """Multiply-adds (or output elements) of one row of the batch."""
-    shapes = [tuple(d if isinstance(d, int) else 1 for d in s) for s in workload.shapes]
-    elements = sum(int(np.prod([d if isinstance(d, int) else 1 for d in s])) for s in workload.out_shapes)
+def _elements(shape, rows: int) -> int:
+    """Elements of ``shape`` with each symbolic dim (the batch) ``rows``."""
+    return int(np.prod([d if isinstance(d, int) else rows for d in shape]))
+
+
+def _work(workload, rows: int) -> float:
+    """Multiply-adds (or output elements) of ``rows`` rows of the batch."""
+    shapes = [tuple(d if isinstance(d, int) else rows for d in s) for s in workload.shapes]
+    elements = sum(_elements(s, rows) for s in workload.out_shapes)
     return max(workload.op.flops(shapes, **workload.attrs) / 2, elements)
 
 
+def _activation_bytes(workload, rows: int) -> int:
+    """Bytes of the first input and the outputs at ``rows`` rows."""
+    pairs = [(workload.shapes[0], workload.dtypes[0]), *zip(workload.out_shapes, workload.out_dtypes)]
+    return sum(_elements(s, rows) * np.dtype(dtype).itemsize for s, dtype in pairs)
+
+
 def _threads(space: dict, workload, rows: int) -> dict:
-    """One thread when ``rows`` rows of ``workload`` are less than ``PARALLEL_WORK``."""
-    return _one_thread(space) if _row_work(workload) * rows < PARALLEL_WORK else {}
+    """One thread when ``rows`` rows of ``workload`` are less than
+    ``PARALLEL_WORK`` and move less than ``PARALLEL_BYTES``."""
+    small = _work(workload, rows) < PARALLEL_WORK and _activation_bytes(workload, rows) < PARALLEL_BYTES
+    return _one_thread(space) if small else {}
 
 
 def _few_rows_config(space: dict, workload) -> dict:

@@ -216,6 +216,27 @@ def test_a_layer_too_small_per_row_runs_on_one_thread():
         assert "T.parallel" in big and "T.parallel" not in small, name
 
 
+def test_a_small_layer_moving_much_data_runs_on_every_thread():
+    """The digits CNN's 1->16 channel conv (0.6M multiply-adds at 64 rows,
+    below ``PARALLEL_WORK``) and its pooling write or read 278 and 524 KB at
+    64 rows: parallel in ``main``, as the 16->32 conv beside them is, so each
+    core reads what it wrote; at 16 rows (``main_some``) they stay on one
+    thread."""
+    from kiln.graph.lower import ENTRIES, schedule_kernels, to_relax
+    from kiln.nn.train import build_model
+
+    model = build_model("cnn", (1, 8, 8), 10).eval()
+    graph = optimize(trace(model, np.zeros((1, 1, 8, 8), "float32")), kiln.cpu())
+    for name, _, configure in ENTRIES[1:]:
+        mod, kernels = to_relax(graph, name)
+        mod = schedule_kernels(mod, kernels, kiln.cpu(), configure)
+        parallel = {kernels[k].op.name + ("" if kernels[k].inputs[0] is not graph.inputs[0] else " (first)"):
+                    "T.parallel" in mod[k].script() for k in kernels if kernels[k].op.name != "from_blocked"}
+        many = name == "main"
+        assert parallel == {"conv2d_packed (first)": many, "conv2d_packed": True, "global_avg_pool2d": many,
+                            "dense_packed": False}, name
+
+
 def test_the_kernels_reading_the_input_are_found_through_views_and_repeats():
     """``graph.align.input_params``: a flatten is a view of the input (the
     dense after it reads the input), and an input a kernel takes twice (the
