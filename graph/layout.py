@@ -1,8 +1,8 @@
 """Carry a channel-blocked layout (NCHW[c]c) from convolution to convolution.
 
-Condition: a ``conv2d_packed`` (``graph.prepack``) whose every reader can take
-its output in the weight's channel blocks: the data input of another
-``conv2d_packed``, an NCHW ``global_avg_pool2d``, or the residual operand of a
+Condition: a ``conv2d_packed`` or ``conv2d_winograd`` (``graph.prepack``)
+whose every reader can take its output in the weight's channel blocks: the
+data input of another such convolution, an NCHW ``global_avg_pool2d``, or the residual operand of a
 convolution that is itself blocked with the same block width (its fused
 ``add``). Rewrite: the convolution writes (N, ceil(O / oc), OH, OW, oc)
 (``out_block``), a contiguous vector per output pixel instead of a strided
@@ -22,7 +22,7 @@ from ..te.shapes import static
 from .fold import evaluate
 from .ir import Graph, Node, Value
 
-CONV = "conv2d_packed"
+CONVS = ("conv2d_packed", "conv2d_winograd")  # both read and write the weight's channel blocks
 POOL = "global_avg_pool2d"
 TO_BLOCKED = get_op("to_blocked")
 
@@ -49,7 +49,7 @@ def _epilogue_blockable(node: Node) -> bool:
 
 
 def _reader_takes(reader: Node, value: Value, block: int, blocked: dict) -> bool:
-    if reader.op.name == CONV and reader.inputs[0] is value and not any(v is value for v in reader.operands()[1:]):
+    if reader.op.name in CONVS and reader.inputs[0] is value and not any(v is value for v in reader.operands()[1:]):
         return True
     if reader.op.name == POOL and reader.attrs["layout"] == "NCHW" and reader.attrs["keepdims"] \
             and not reader.epilogue:
@@ -63,7 +63,7 @@ def _plan(graph: Graph) -> dict:
     the last node back (a reader is decided before its producer)."""
     blocked: dict = {}
     for node in reversed(graph.nodes):
-        if node.op.name != CONV or node.attrs["out_block"] or not _epilogue_blockable(node):
+        if node.op.name not in CONVS or node.attrs["out_block"] or not _epilogue_blockable(node):
             continue
         out, block = node.outputs[0], _block(node)
         readers = graph.users(out)
@@ -86,7 +86,7 @@ def block_layouts(graph: Graph) -> int:
     plan, converted = _plan(graph), {}
     for node in list(graph.nodes):
         x = node.inputs[0] if node.inputs else None
-        if node.op.name == CONV and x is not None and len(x.shape) == 5:
+        if node.op.name in CONVS and x is not None and len(x.shape) == 5:
             node.attrs = {**node.attrs, "in_block": int(static(x.shape[4]))}
         if id(node) in plan:
             block = plan[id(node)]

@@ -264,15 +264,17 @@ class Conv2dPacked(Op):
         return _flops(self.infer_shape(x, w, **attrs), w[1:4])
 
 
-def _plain_input(op: str, x, w, in_block: int) -> tuple:
+def _plain_input(op: str, x, w, in_block: int, channels_axis: int = 1) -> tuple:
     """The NCHW shape a blocked input (N, ceil(I / c), H, W, c) stands for:
-    its I channels are the weight's (the last block's padding is not read)."""
+    its I channels are the weight's, ``w[channels_axis]`` (the last block's
+    padding is not read)."""
     if not in_block:
         return tuple(x)
-    if len(x) != 5 or static(x[4]) != in_block or len(w) != 5 or not same_dim(x[1], blocks(w[1], in_block)):
+    i = w[channels_axis] if len(w) == 5 else None
+    if len(x) != 5 or static(x[4]) != in_block or i is None or not same_dim(x[1], blocks(i, in_block)):
         raise ShapeError(f"got x {shape_str(x)} for w {shape_str(w)}, expected a 5-D NCHW[{in_block}]c tensor "
                          f"holding the weight's input channels in blocks of in_block={in_block}", op=op, arg="x")
-    return (x[0], w[1], x[2], x[3])
+    return (x[0], i, x[2], x[3])
 
 
 def _out_shape(op: str, x, w, kernel: tuple, layout: str, stride, padding, dilation) -> tuple:

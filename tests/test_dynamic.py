@@ -26,6 +26,7 @@ from helpers import as_list, assert_close, random_inputs
 REFUSE_SYMBOLIC = {"conv2d", "max_pool2d_grad", "avg_pool2d_grad", "broadcast_to", "getitem", "getitem_grad",
                    "split", "dense_packed", "conv2d_packed", "from_blocked",  # the last three: a static block width
                    "conv2d_backward_data",  # a static kernel size, as conv2d
+                   "winograd_conv2d_weight", "conv2d_winograd",  # a static 3x3 kernel, map and block width
                    "sgd_step", "sgd_momentum_step", "adam_step"}  # the hyperparameter vector is read by index
 
 

@@ -233,7 +233,7 @@ def test_a_small_layer_moving_much_data_runs_on_every_thread():
         parallel = {kernels[k].op.name + ("" if kernels[k].inputs[0] is not graph.inputs[0] else " (first)"):
                     "T.parallel" in mod[k].script() for k in kernels if kernels[k].op.name != "from_blocked"}
         many = name == "main"
-        assert parallel == {"conv2d_packed (first)": many, "conv2d_packed": True, "global_avg_pool2d": many,
+        assert parallel == {"conv2d_packed (first)": many, "conv2d_winograd": True, "global_avg_pool2d": many,
                             "dense_packed": False}, name
 
 

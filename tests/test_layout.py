@@ -8,7 +8,7 @@ import pytest
 import kiln
 from kiln import nn
 from kiln.graph import optimize, trace
-from kiln.graph.layout import block_layouts
+from kiln.graph.layout import CONVS, block_layouts
 from kiln.nn.train import build_model
 from kiln.runtime import Predictor
 
@@ -43,7 +43,7 @@ def test_the_cnn_carries_blocks_from_conv_to_conv_to_pooling(images, tmp_path):
     graph = _optimized(model, images)
     assert _summary(graph) == [
         ("conv2d_packed_add_relu", 0, True),        # reads the NCHW input as it is, writes blocks
-        ("conv2d_packed_add_relu", 16, True),       # reads the blocks, writes blocks
+        ("conv2d_winograd_add_relu", 16, True),     # reads the blocks, writes blocks (3x3 on a small map)
         ("global_avg_pool2d", None, "NCHWc"),        # pools the blocks
         ("from_blocked", None, None),                # the one conversion: on the 1x1 pooled output
         ("reshape", None, None), ("dense_packed", None, None)]
@@ -59,7 +59,7 @@ def test_the_resnet_blocks_every_conv_and_its_residual_adds(images, tmp_path):
     model(kiln.Tensor(images))  # BatchNorm statistics away from (0, 1)
     model.eval()
     graph = _optimized(model, images)
-    convs = [n for n in graph.nodes if n.op.name == "conv2d_packed"]
+    convs = [n for n in graph.nodes if n.op.name in CONVS]
     assert len(convs) == 6 and all(n.attrs["out_block"] for n in convs)
     out_blocks = [int(n.inputs[1].shape[-1]) for n in convs]  # each weight's channel block (the ISA's choice)
     # stem, block 1's two convs, block 2's first conv, second conv, 1x1 shortcut: each reads its producer's blocks
@@ -83,7 +83,7 @@ def test_a_value_read_by_an_op_without_blocks_stays_nchw(images, tmp_path):
     nn.init.manual_seed(2)
     model = SharedWithPooling().eval()
     graph = _optimized(model, images)
-    first, second = (n for n in graph.nodes if n.op.name == "conv2d_packed")
+    first, second = (n for n in graph.nodes if n.op.name in CONVS)
     assert not first.attrs["out_block"] and len(first.outputs[0].shape) == 4  # max_pool2d reads it too
     assert second.attrs["in_block"] == 0 and not second.attrs["out_block"]  # its output is the graph's
     assert not [n for n in graph.nodes if n.op.name in ("to_blocked", "from_blocked")]
@@ -106,8 +106,8 @@ def test_a_residual_of_an_nchw_value_is_converted_once_at_the_edge(tmp_path):
     x = np.random.default_rng(3).standard_normal((64, 16, 6, 6)).astype("float32")
     model = ResidualOfInput().eval()
     graph = _optimized(model, x)
-    assert [n.op.name for n in graph.nodes] == ["conv2d_packed", "to_blocked", "conv2d_packed", "global_avg_pool2d",
-                                                "from_blocked", "reshape"]
+    assert [n.op.name for n in graph.nodes] == ["conv2d_winograd", "to_blocked", "conv2d_winograd",
+                                                "global_avg_pool2d", "from_blocked", "reshape"]
     convert, second = graph.nodes[1], graph.nodes[2]
     assert convert.inputs[0] is graph.inputs[0] and convert.attrs["block"] == 16
     assert second.attrs["in_block"] == 16 and second.attrs["out_block"]

@@ -22,6 +22,8 @@ WORKLOADS = [
     Case("conv2d_backward_weight", [(3, 5, 9, 9), (3, 8, 5, 5)], attrs={"kernel": 3, "padding": 1, "stride": 2}),
     Case("conv2d_backward_weight", [(2, 3, 32, 32), (2, 12, 16, 16)], attrs={"kernel": 5, "padding": 2, "stride": 2}),
     Case("conv2d_backward_data", [(2, 32, 6, 6), (32, 64, 3, 3)], attrs={"in_size": 12, "padding": 1, "stride": 2}),
+    Case("conv2d_winograd", [(2, 2, 7, 9, 8), (2, 4, 4, 13, 16)],
+         attrs={"out_channels": 24, "padding": 1, "in_block": 8, "out_block": True}),
     Case("batch_norm_train", [(6, 5, 4, 8), (5,), (5,)], attrs={"eps": 1e-5}),
     Case("batch_norm_train_grad", [(6, 5, 4, 8), (6, 5, 4, 8), (5,), (5,), (5,)], attrs={"eps": 1e-5}),
 ]

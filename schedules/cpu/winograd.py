@@ -1,0 +1,96 @@
+"""CPU template for ``conv2d_winograd``: every stage of one (image, channel
+block) computed in one parallel task, so a task's tiles stay in L1/L2
+between the stages.
+
+Per task: the input transform (``_input``, ``_v``: additions vectorized
+over the input channels, the 4 x 4 positions unrolled so each is one
+expression), the 16 matrix products (``_gemm``: a register tile of
+``tile_p`` tiles x the block's ``oc`` channels, ``oc / lanes`` weight vectors
+and ``tile_p`` broadcasts per input channel, as the direct conv's
+micro-kernel), and the output transform (``_rows``, then the output itself,
+its 2 x 2 outputs unrolled; a fused epilogue joins its write-back).
+
+``tile_p``    tiles per register tile: a divisor of the tiles, the most
+              within the direct conv's accumulator budget (``conv2d._budget``).
+              16 -> 32 channels on an 8x8 map, 64 images (znver4, AVX-512,
+              one task per image): 8 tiles x 2 vectors 118 us, 4 x 2 129, 16 x 2
+              124; the direct ``conv2d_packed`` 175.
+``parallel``  1 to run the tasks on the thread pool.
+
+A task recomputes the input transform for each of its image's channel
+blocks (one block, the zoo CNN's 32 channels, recomputes nothing).
+"""
+from __future__ import annotations
+
+from ..config import Config
+from ..dispatch import register_template
+from ..util import const_int, divisors, extent, find_block
+from .conv2d import _budget
+
+
+@register_template("cpu", ops=("conv2d_winograd",))
+def schedule_winograd(sch, block, cfg: Config) -> None:
+    name = cfg.workload.op.name
+    oc = int(cfg.workload.shapes[1][4])
+    lanes = cfg.target.lanes(str(sch.get(block).writes[0].source.dtype))
+    vectors = max(1, -(-oc // lanes))
+    for stage in ("_pad", "_grow"):
+        found = find_block(sch, name + stage)
+        if found is not None:
+            sch.compute_inline(found)
+    gemm = sch.get_sblock(name + "_gemm")
+    tiles = const_int(extent(sch, sch.get_loops(gemm)[4]))
+    choices = divisors(tiles)
+    fit = [d for d in choices if d <= _budget(lanes)(vectors)]
+    tile_p = cfg.define_knob("tile_p", choices, default=max(fit or [1]))
+    par = cfg.define_knob("parallel", (0, 1), default=1)
+
+    if cfg.workload.attrs["out_block"]:
+        n, kb, y, z, k = sch.get_loops(block)
+    else:
+        n, o, y, z = sch.get_loops(block)
+        kb, k = sch.split(o, [None, oc])
+    yo, yi = sch.split(y, [None, 2])
+    zo, zi = sch.split(z, [None, 2])
+    sch.reorder(n, kb, yo, zo, yi, zi, k)
+    outer = sch.fuse(n, kb)
+    if par:
+        sch.parallel(outer)
+    sch.unroll(yi)
+    sch.unroll(zi)
+    sch.vectorize(k)
+
+    rows = sch.get_sblock(name + "_rows")
+    sch.compute_at(rows, outer)
+    i, u, _, k = sch.get_loops(rows)[1:]
+    sch.unroll(i)
+    sch.unroll(u)
+    sch.vectorize(k)
+
+    sch.compute_at(gemm, outer)
+    e, u, p, k, rc = sch.get_loops(gemm)[1:]
+    po, pi = sch.split(p, [None, tile_p])
+    sch.reorder(e, u, po, rc, pi, k)
+    acc = sch.cache_write(gemm, 0, "local")
+    sch.reverse_compute_at(acc, po)
+    sch.vectorize(k)  # before decompose_reduction (TVM rejects it after)
+    sch.unroll(pi)
+    sch.decompose_reduction(gemm, rc)
+    *_, row, lane = sch.get_loops(acc)
+    sch.unroll(row)
+    sch.vectorize(lane)
+
+    v = sch.get_sblock(name + "_v")
+    sch.compute_at(v, outer)
+    e, u, p, c = sch.get_loops(v)[1:]
+    sch.reorder(p, e, u, c)
+    sch.unroll(e)
+    sch.unroll(u)
+    sch.vectorize(c)
+
+    first = sch.get_sblock(name + "_input")
+    sch.compute_at(first, outer)
+    _, e, col, c = sch.get_loops(first)[1:]
+    sch.unroll(e)
+    sch.unroll(col)
+    sch.vectorize(c)
