@@ -60,12 +60,7 @@ def schedule_winograd(sch, block, cfg: Config) -> None:
     sch.unroll(zi)
     sch.vectorize(k)
 
-    rows = sch.get_sblock(name + "_rows")
-    sch.compute_at(rows, outer)
-    i, u, _, k = sch.get_loops(rows)[1:]
-    sch.unroll(i)
-    sch.unroll(u)
-    sch.vectorize(k)
+    _transform(sch, sch.get_sblock(name + "_rows"), outer, (0, 1, 2, 3), (0, 1))  # i, u, p, k
 
     sch.compute_at(gemm, outer)
     e, u, p, k, rc = sch.get_loops(gemm)[1:]
@@ -80,17 +75,17 @@ def schedule_winograd(sch, block, cfg: Config) -> None:
     sch.unroll(row)
     sch.vectorize(lane)
 
-    v = sch.get_sblock(name + "_v")
-    sch.compute_at(v, outer)
-    e, u, p, c = sch.get_loops(v)[1:]
-    sch.reorder(p, e, u, c)
-    sch.unroll(e)
-    sch.unroll(u)
-    sch.vectorize(c)
+    _transform(sch, sch.get_sblock(name + "_v"), outer, (2, 0, 1, 3), (0, 1))  # e, u, p, c: p first
+    _transform(sch, sch.get_sblock(name + "_input"), outer, (0, 1, 2, 3), (1, 2))  # p, e, v, c
 
-    first = sch.get_sblock(name + "_input")
-    sch.compute_at(first, outer)
-    _, e, col, c = sch.get_loops(first)[1:]
-    sch.unroll(e)
-    sch.unroll(col)
-    sch.vectorize(c)
+
+def _transform(sch, block, outer, order: tuple, unrolled: tuple) -> None:
+    """A transform stage under the task loop: its four loops in ``order``,
+    two of the 4 x 4 positions (``unrolled``, indices into its own loops)
+    unrolled so each is one expression, the channels innermost, vectorized."""
+    sch.compute_at(block, outer)
+    loops = sch.get_loops(block)[1:]
+    sch.reorder(*(loops[k] for k in order))
+    for k in unrolled:
+        sch.unroll(loops[k])
+    sch.vectorize(loops[3])
