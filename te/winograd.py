@@ -119,8 +119,9 @@ class Conv2dWinograd(Op):
              "out_block": A.Attr(A.boolean, default=False, doc="write NCHW[oc]c blocks instead of NCHW")}
 
     def infer_shape(self, x, w, out_channels, padding, in_block, out_block):
-        if len(w) != 5 or static(w[1]) != TILE or static(w[2]) != TILE or not isinstance(static(w[4]), int) \
-                or not same_dim(w[0], blocks(out_channels, static(w[4]))):
+        oc = static(w[4]) if len(w) == 5 else None
+        if not isinstance(oc, int) or oc < 1 or static(w[1]) != TILE or static(w[2]) != TILE \
+                or not same_dim(w[0], blocks(out_channels, oc)):
             raise ShapeError(f"got w {shape_str(w)}, expected (ceil(O / oc), 4, 4, I, oc) Winograd blocks holding "
                              f"O = out_channels = {out_channels} channels", op=self.name, arg="w")
         x = _plain_input(self.name, x, w, in_block, channels_axis=3)
@@ -182,9 +183,10 @@ class Conv2dWinograd(Op):
         xp = np.zeros((n, x.shape[1], OUT * th + 2, OUT * tw + 2), x.dtype)
         xp[:, :, padding[0]:padding[0] + h, padding[1]:padding[1] + wd] = x
         d = np.lib.stride_tricks.sliding_window_view(xp, (TILE, TILE), axis=(2, 3))[:, :, ::OUT, ::OUT]
-        v = np.einsum("ea,ncstab,ub->eucnst", BT, d, BT)
-        m = np.einsum("eucnst,euco->eunost", v, u.astype(v.dtype))
-        y = np.einsum("ie,eunost,ju->nositj", AT, m, AT).reshape(n, -1, OUT * th, OUT * tw)[:, :, :oh, :ow]
+        v = _additions(BT, _additions(BT, d, 4), 5)  # (N, I, th, tw, e, u)
+        m = np.einsum("ncsteu,euco->nosteu", v, u.astype(v.dtype))  # (N, O, th, tw, e, u)
+        y = _additions(AT, _additions(AT, m, 4), 5)  # (N, O, th, tw, 2, 2)
+        y = y.transpose(0, 1, 2, 4, 3, 5).reshape(n, -1, OUT * th, OUT * tw)[:, :, :oh, :ow]
         y = y.astype(np.result_type(x, w))
         return blocked_array(y, w.shape[4]) if out_block else y[:, :out_channels]
 
@@ -193,6 +195,17 @@ class Conv2dWinograd(Op):
         x, w = shapes
         total = 2 * size(self.infer_shape(x, w, **attrs)) * static(w[3]) * 9
         return float(total) if isinstance(total, int) else 0.0
+
+
+def _additions(matrix: np.ndarray, a: np.ndarray, axis: int) -> np.ndarray:
+    """``matrix`` applied along ``axis`` of ``a`` as the kernel does it: the
+    additions of its nonzero +-1 entries, no product with a zero (through
+    which a NaN or an infinity would reach every position)."""
+    rows = []
+    for row in matrix:
+        terms = [np.take(a, k, axis=axis) * float(m) for k, m in enumerate(row) if m]
+        rows.append(sum(terms[1:], terms[0]))
+    return np.stack(rows, axis=axis)
 
 
 def _grow(xp, extra: tuple, dtype: str):

@@ -28,6 +28,7 @@ LARGE = [
     ("batch_norm_train", [(64, 64, 28, 28), (64,), (64,)], {}),
     ("conv2d_backward_weight", [(8, 64, 56, 56), (8, 64, 56, 56)], {"kernel": 3, "padding": 1}),
     ("conv2d_backward_data", [(8, 64, 56, 56), (64, 64, 3, 3)], {"in_size": 56, "padding": 1}),
+    ("conv2d_winograd", [(64, 1, 8, 8, 16), (1, 4, 4, 16, 32)], {"out_channels": 32, "padding": 1, "in_block": 16}),
     ("batch_norm_train_grad", [(64, 64, 28, 28)] * 2 + [(64,)] * 3, {}),
 ]
 DTYPES = {"masked_select": ["float32", "bool"]}
