@@ -3,19 +3,23 @@ block) computed in one parallel task, so a task's tiles stay in L1/L2
 between the stages.
 
 Per task: the input transform (``_input``, ``_v``: additions vectorized
-over the input channels, the 4 x 4 positions unrolled so each is one
-expression), the 16 matrix products (``_gemm``: a register tile of
-``tile_p`` tiles x the block's ``oc`` channels, ``oc / lanes`` weight vectors
-and ``tile_p`` broadcasts per input channel, as the direct conv's
-micro-kernel), and the output transform (``_rows``, then the output itself,
+over the input channels, within one of the input's channel blocks, the 4 x 4
+positions unrolled so each is one expression), the 16 matrix products
+(``_gemm``: a register tile of ``tile_p`` tiles x the block's ``oc``
+channels, ``oc / lanes`` weight vectors and ``tile_p`` broadcasts per input
+channel, as the direct conv's micro-kernel), and the output transform (``_rows``, then the output itself,
 its 2 x 2 outputs unrolled; a fused epilogue joins its write-back).
 
 ``tile_p``    tiles per register tile: a divisor of the tiles, the most
               within the direct conv's accumulator budget (``conv2d._budget``).
               16 -> 32 channels on an 8x8 map, 64 images (znver4, AVX-512,
-              one task per image): 8 tiles x 2 vectors 118 us, 4 x 2 129, 16 x 2
-              124; the direct ``conv2d_packed`` 175.
+              one task per image, transforms unfused): 8 tiles x 2 vectors 118
+              us, 4 x 2 129, 16 x 2 124; the direct ``conv2d_packed`` 175.
 ``parallel``  1 to run the tasks on the thread pool.
+``fuse_transforms`` 1 to compute each transform in one pass: the rows pass
+              (``_input``, ``_rows``) inlined into the columns pass, a tile's
+              16 positions in registers, the sums the positions share
+              computed once; 0 for a stage per pass, through a task buffer.
 
 A task recomputes the input transform for each of its image's channel
 blocks (one block, the zoo CNN's 32 channels, recomputes nothing).
@@ -26,6 +30,11 @@ from ..config import Config
 from ..dispatch import register_template
 from ..util import const_int, divisors, extent, find_block
 from .conv2d import _budget
+
+
+#: ``fuse_transforms``' default: 16 -> 32 channels on an 8x8 map at 64 images 101 us fused, 120 not;
+#: 32 -> 32 on 4x4 (two input blocks) 48 against 52 (znver4, interleaved)
+FUSE_TRANSFORMS = 1
 
 
 @register_template("cpu", ops=("conv2d_winograd",))
@@ -44,6 +53,10 @@ def schedule_winograd(sch, block, cfg: Config) -> None:
     fit = [d for d in choices if d <= _budget(lanes)(vectors)]
     tile_p = cfg.define_knob("tile_p", choices, default=max(fit or [1]))
     par = cfg.define_knob("parallel", (0, 1), default=1)
+    fused = cfg.define_knob("fuse_transforms", (0, 1), default=FUSE_TRANSFORMS)
+    if fused:  # each transform in one pass: a tile's rows pass computed inside its columns pass
+        sch.compute_inline(sch.get_sblock(name + "_input"))
+        sch.compute_inline(sch.get_sblock(name + "_rows"))
 
     if cfg.workload.attrs["out_block"]:
         n, kb, y, z, k = sch.get_loops(block)
@@ -60,7 +73,8 @@ def schedule_winograd(sch, block, cfg: Config) -> None:
     sch.unroll(zi)
     sch.vectorize(k)
 
-    _transform(sch, sch.get_sblock(name + "_rows"), outer, (0, 1, 2, 3), (0, 1))  # i, u, p, k
+    if not fused:
+        _transform(sch, sch.get_sblock(name + "_rows"), outer, (0, 1, 2, 3), (0, 1))  # i, u, p, k
 
     sch.compute_at(gemm, outer)
     e, u, p, k, rc = sch.get_loops(gemm)[1:]
@@ -75,17 +89,29 @@ def schedule_winograd(sch, block, cfg: Config) -> None:
     sch.unroll(row)
     sch.vectorize(lane)
 
-    _transform(sch, sch.get_sblock(name + "_v"), outer, (2, 0, 1, 3), (0, 1))  # e, u, p, c: p first
-    _transform(sch, sch.get_sblock(name + "_input"), outer, (0, 1, 2, 3), (1, 2))  # p, e, v, c
+    in_block = cfg.workload.attrs["in_block"]
+    _transform(sch, sch.get_sblock(name + "_v"), outer, (2, 0, 1, 3), (0, 1), in_block)  # e, u, p, c: p first
+    if not fused:
+        _transform(sch, sch.get_sblock(name + "_input"), outer, (0, 1, 2, 3), (1, 2), in_block)  # p, e, v, c
 
 
-def _transform(sch, block, outer, order: tuple, unrolled: tuple) -> None:
+def _transform(sch, block, outer, order: tuple, unrolled: tuple, block_width: int = 0) -> None:
     """A transform stage under the task loop: its four loops in ``order``,
     two of the 4 x 4 positions (``unrolled``, indices into its own loops)
-    unrolled so each is one expression, the channels innermost, vectorized."""
+    unrolled so each is one expression, the channels innermost, vectorized;
+    with a ``block_width`` narrower than the channels, the channels are split
+    into blocks of it, outside the positions, so a vector never spans two of
+    the input's channel blocks."""
     sch.compute_at(block, outer)
     loops = sch.get_loops(block)[1:]
-    sch.reorder(*(loops[k] for k in order))
+    channels = loops[3]
+    inner = [channels]
+    if block_width and (const_int(extent(sch, channels)) or 0) > block_width:
+        cb, cl = sch.split(channels, [None, block_width])
+        inner = [cb, cl]
+    sch.reorder(*(loops[k] for k in order[:3]), *inner)
+    if len(inner) == 2:
+        sch.reorder(inner[0], *(loops[k] for k in order[1:3]))
     for k in unrolled:
         sch.unroll(loops[k])
-    sch.vectorize(loops[3])
+    sch.vectorize(inner[-1])
