@@ -100,9 +100,10 @@ def to_relax(graph: Graph, name: str = "main", suffix: str = "",
 
 #: multiply-adds (or elements, for kernels with no arithmetic to speak of)
 #: below which a kernel runs on one thread: a parallel launch costs a few
-#: microseconds (measured on 2 cores: dense 64 x 64 -> 128 and conv 1 -> 16
-#: channels 8x8 at 64 rows, about 0.5M multiply-adds, run faster on one)
-PARALLEL_WORK = 1 << 20
+#: microseconds. The digits MLP's dense 64 x 64 -> 128 at 64 rows (0.5M)
+#: gains from two (znver4, interleaved: the model 18.8 -> 17.5 us a call);
+#: its 128 -> 10 (82K) would not
+PARALLEL_WORK = 1 << 19
 
 #: bytes of activations (the first input and the outputs) from which a kernel
 #: runs on every thread whatever its work: the data a parallel producer left

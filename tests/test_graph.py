@@ -217,11 +217,10 @@ def test_a_layer_too_small_per_row_runs_on_one_thread():
 
 
 def test_a_small_layer_moving_much_data_runs_on_every_thread():
-    """The digits CNN's 1->16 channel conv (0.6M multiply-adds at 64 rows,
-    below ``PARALLEL_WORK``) and its pooling write or read 278 and 524 KB at
-    64 rows: parallel in ``main``, as the 16->32 conv beside them is, so each
-    core reads what it wrote; at 16 rows (``main_some``) they stay on one
-    thread."""
+    """The digits CNN's pooling (0.13M additions at 64 rows, below
+    ``PARALLEL_WORK``) reads 524 KB at 64 rows: parallel in ``main``, as the
+    convs before it are, so each core reads what it wrote; at 16 rows
+    (``main_some``) it and the 1->16 channel conv stay on one thread."""
     from kiln.graph.lower import ENTRIES, schedule_kernels, to_relax
     from kiln.nn.train import build_model
 
