@@ -35,14 +35,15 @@ from .lower import build_module, kernel_nodes, node_workload
 from .trace import trace
 
 FORMAT = "kiln-model-1"
-def optimize(graph, target=None):
+def optimize(graph, target=None, winograd: bool = True):
     """Run the export passes over ``graph`` in order, in place, and return it:
     fold affine chains into weights, fuse elementwise epilogues, pre-pack
-    constant weights for ``target`` (default the CPU), carry channel-blocked
+    constant weights for ``target`` (default the CPU; small 3x3 convs as
+    Winograd convolutions unless ``winograd=False``), carry channel-blocked
     layouts between the packed convolutions."""
     fold_affine(graph)
     fuse_epilogues(graph)
-    prepack_weights(graph, as_target(target))
+    prepack_weights(graph, as_target(target), winograd)
     block_layouts(graph)
     return graph
 

@@ -58,11 +58,11 @@ def winograd_fits(workload, oc: int) -> bool:
         and 16 * tiles * i * 4 <= WINOGRAD_TILE_BYTES
 
 
-def _pack_conv2d(node: Node, target) -> None:
+def _pack_conv2d(node: Node, target, winograd: bool) -> None:
     x, weight = node.inputs
     workload = node.op.check([x.shape, weight.shape], [x.dtype, weight.dtype], node.attrs)
     oc = packed_channels(workload, target)
-    if winograd_fits(workload, oc):
+    if winograd and winograd_fits(workload, oc):
         data = evaluate("winograd_conv2d_weight", weight.data, oc=oc)
         node.op = get_op("conv2d_winograd")
         node.attrs = node.op.parse_attrs({"out_channels": int(weight.shape[0]), "padding": node.attrs["padding"]})
@@ -75,8 +75,9 @@ def _pack_conv2d(node: Node, target) -> None:
     node.inputs[1] = Value(data.shape, weight.dtype, data=data, name=weight.name + "@packed")
 
 
-def prepack_weights(graph: Graph, target) -> int:
-    """Pack every constant dense and NCHW conv2d weight; return how many were packed."""
+def prepack_weights(graph: Graph, target, winograd: bool = True) -> int:
+    """Pack every constant dense and NCHW conv2d weight; return how many were
+    packed. ``winograd=False`` keeps every conv direct."""
     if target.kind != "cpu":
         return 0
     packed = 0
@@ -86,7 +87,7 @@ def prepack_weights(graph: Graph, target) -> int:
         if node.op.name == "dense":
             _pack_dense(node, target)
         elif node.op.name == "conv2d" and node.attrs["layout"] == "NCHW":
-            _pack_conv2d(node, target)
+            _pack_conv2d(node, target, winograd)
         else:
             continue
         packed += 1

@@ -88,3 +88,9 @@ def test_an_exported_cnn_runs_its_second_conv_as_winograd():
     assert [n.op.name for n in graph.nodes if n.op.name.startswith("conv2d")] == ["conv2d_packed", "conv2d_winograd"]
     winograd = next(n for n in graph.nodes if n.op.name == "conv2d_winograd")
     assert winograd.attrs["in_block"] and winograd.attrs["out_block"]  # in the blocked region
+
+
+def test_optimize_can_keep_every_conv_direct():
+    model = build_model("cnn", (1, 8, 8), 10).eval()
+    graph = optimize(trace(model, np.zeros((1, 1, 8, 8), "float32")), kiln.cpu(), winograd=False)
+    assert [n.op.name for n in graph.nodes if n.op.name.startswith("conv2d")] == ["conv2d_packed", "conv2d_packed"]
