@@ -38,6 +38,7 @@ LAYOUT = A.Attr(A.one_of("NCHW", "NHWC"), default="NCHW", doc="NCHW (weights OIH
 STRIDE = A.Attr(A.int_tuple(2, minimum=1), default=(1, 1), doc="step of the window (int or pair)")
 PADDING = A.Attr(A.int_tuple(2, minimum=0), default=(0, 0), doc="zeros added on both sides of H, W")
 DILATION = A.Attr(A.int_tuple(2, minimum=1), default=(1, 1), doc="spacing of the kernel taps")
+OUT_BLOCK = A.Attr(A.positive_int, doc="output channels per block")
 
 
 def spatial_axes(layout: str) -> tuple[int, int]:
@@ -182,7 +183,7 @@ class PackConv2dWeight(Op):
     name = "pack_conv2d_weight"
     differentiable = False
     dtypes = FLOATS
-    attrs = {"oc": A.Attr(A.positive_int, doc="output channels per block")}
+    attrs = {"oc": OUT_BLOCK}
 
     def infer_shape(self, w, oc):
         check_rank4(self.name, w, "w", "OIHW")
@@ -198,10 +199,16 @@ class PackConv2dWeight(Op):
         return te.compute(self.infer_shape(tuple(w.shape), oc), body, name=self.name, tag="injective")
 
     def reference(self, w, oc):
-        o = w.shape[0]
-        padded = np.zeros((blocks(o, oc) * oc, *w.shape[1:]), w.dtype)
-        padded[:o] = w
-        return np.ascontiguousarray(padded.reshape(-1, oc, *w.shape[1:]).transpose(0, 2, 3, 4, 1))
+        return output_channel_blocks(w, oc)
+
+
+def output_channel_blocks(w: np.ndarray, oc: int) -> np.ndarray:
+    """A 4-D array (O, A, B, C) as blocks of ``oc`` along O, innermost:
+    (ceil(O / oc), A, B, C, oc), zeros past O."""
+    o = w.shape[0]
+    padded = np.zeros((blocks(o, oc) * oc, *w.shape[1:]), w.dtype)
+    padded[:o] = w
+    return np.ascontiguousarray(padded.reshape(-1, oc, *w.shape[1:]).transpose(0, 2, 3, 4, 1))
 
 
 @register

@@ -26,7 +26,7 @@ from tvm import te, tirx
 
 from ..errors import ShapeError
 from . import attrs as A
-from .conv import PADDING, _plain_input, check_rank4, pad_spatial, window_out
+from .conv import OUT_BLOCK, PADDING, _plain_input, check_rank4, output_channel_blocks, pad_spatial, window_out
 from .layout import blocked_array, blocks, plain_array
 from .registry import Op, register
 from .shapes import FLOATS, dtype_of, promote, same_dim, shape_str, size, static
@@ -78,7 +78,7 @@ class WinogradConv2dWeight(Op):
     name = "winograd_conv2d_weight"
     differentiable = False
     dtypes = FLOATS
-    attrs = {"oc": A.Attr(A.positive_int, doc="output channels per block")}
+    attrs = {"oc": OUT_BLOCK}
 
     def infer_shape(self, w, oc):
         check_rank4(self.name, w, "w", "OIHW")
@@ -96,10 +96,7 @@ class WinogradConv2dWeight(Op):
         return te.compute(self.infer_shape(tuple(w.shape), oc), body, name=self.name, tag="reduction")
 
     def reference(self, w, oc):
-        u = np.einsum("ea,oiab,ub->oeui", G, w, G)
-        padded = np.zeros((blocks(w.shape[0], oc) * oc, *u.shape[1:]), w.dtype)
-        padded[:w.shape[0]] = u
-        return np.ascontiguousarray(padded.reshape(-1, oc, *u.shape[1:]).transpose(0, 2, 3, 4, 1))
+        return output_channel_blocks(np.einsum("ea,oiab,ub->oeui", G, w, G).astype(w.dtype), oc)
 
 
 @register
