@@ -113,6 +113,14 @@ def configure_thread_pool() -> int | None:
     workers; training steps (``train_vs_torch.py``) within the run-to-run
     spread either way.
 
+    Pinned threads have a cost where another busy process shares the cores:
+    a pinned thread cannot move away from it, and a call waits out the
+    scheduler's time slices (the digits CNN exported, batch 16: 4 ms a call
+    beside one busy loop on 2 cores, 0.05 ms without it; ONNX Runtime 0.09).
+    ``TVM_BIND_THREADS=0`` unpins every thread (0.064 ms under that load),
+    at a price on a quiet machine (the same check: that row 1.20-1.25x
+    ONNX Runtime instead of 0.52-0.95x, znver4), so it is the user's choice.
+
     TVM reads ``TVM_NUM_THREADS`` lazily, when the first parallel kernel runs,
     so setting it here (at ``import kiln``) is early enough. Returns the count,
     or None when the setting is invalid (then ``check()`` reports it at first use).
