@@ -113,13 +113,17 @@ def configure_thread_pool() -> int | None:
     workers; training steps (``train_vs_torch.py``) within the run-to-run
     spread either way.
 
-    Pinned threads have a cost where another busy process shares the cores:
-    a pinned thread cannot move away from it, and a call waits out the
-    scheduler's time slices (the digits CNN exported, batch 16: 4 ms a call
-    beside one busy loop on 2 cores, 0.05 ms without it; ONNX Runtime 0.09).
-    ``TVM_BIND_THREADS=0`` unpins every thread (0.064 ms under that load),
-    at a price on a quiet machine (the same check: that row 1.20-1.25x
-    ONNX Runtime instead of 0.52-0.95x, znver4), so it is the user's choice.
+    The setting has a cost where another busy process shares the cores: the
+    calling thread and the worker both spin at a parallel kernel's end, so
+    with more runnable threads than cores a call can wait out the
+    scheduler's time slice (``python benchmarks/contention.py``: the digits
+    CNN exported, batch 16, beside one busy loop on 2 cores: 4.0 ms a call
+    instead of 0.05; ONNX Runtime 0.05-0.09). ``TVM_EXCLUDE_WORKER0=1``
+    (0.087 ms there; the check's worst row 1.79-1.82x ONNX Runtime on a
+    quiet machine instead of 0.96-1.3x) or ``KILN_NUM_THREADS=1`` (0.058
+    ms, alone or loaded) avoid the stall; unpinning (``TVM_BIND_THREADS=0``)
+    does not (4.0 ms in two runs of three). A machine shared with busy
+    processes should use one of the two.
 
     TVM reads ``TVM_NUM_THREADS`` lazily, when the first parallel kernel runs,
     so setting it here (at ``import kiln``) is early enough. Returns the count,
