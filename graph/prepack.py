@@ -15,19 +15,29 @@ channel blocks): 1.3-1.7x the direct kernel on the digits models' layers.
 """
 from __future__ import annotations
 
+import numpy as np
+
 from ..schedules.cpu.conv2d import packed_channels
 from ..schedules.cpu.matmul import panel_width
 from ..te import get_op
+from ..te.layout import blocks
 from ..te.shapes import static
+from ..te.winograd import OUT, TILE
 from .fold import evaluate
 from .ir import Graph, Node, Value
+
+
+def _set_weight(node: Node, data, tag: str) -> None:
+    """``node``'s weight replaced by the constant ``data`` (named ``weight@tag``)."""
+    weight = node.inputs[1]
+    node.inputs[1] = Value(data.shape, weight.dtype, data=data, name=f"{weight.name}@{tag}")
 
 
 def _pack_dense(node: Node, target) -> None:
     weight = node.inputs[1]
     data = evaluate("pack_dense_weight", weight.data, bn=panel_width(int(weight.shape[1]), weight.dtype, target))
     node.op = get_op("dense_packed")
-    node.inputs[1] = Value(data.shape, weight.dtype, data=data, name=weight.name + "@packed")
+    _set_weight(node, data, "packed")
 
 
 #: the most bytes of input tiles (16 positions x tiles x input channels) a
@@ -53,9 +63,9 @@ def winograd_fits(workload, oc: int) -> bool:
         return False
     if not all(isinstance(d, int) for d in (i, o, oh, ow)):
         return False
-    tiles = -(-oh // 2) * -(-ow // 2)
-    return i >= WINOGRAD_MIN_CHANNELS and -(-o // oc) <= WINOGRAD_MAX_BLOCKS \
-        and 16 * tiles * i * 4 <= WINOGRAD_TILE_BYTES
+    tiles = blocks(oh, OUT) * blocks(ow, OUT)
+    tile_bytes = TILE * TILE * tiles * i * np.dtype(workload.dtypes[0]).itemsize
+    return i >= WINOGRAD_MIN_CHANNELS and blocks(o, oc) <= WINOGRAD_MAX_BLOCKS and tile_bytes <= WINOGRAD_TILE_BYTES
 
 
 def _pack_conv2d(node: Node, target, winograd: bool) -> None:
@@ -66,13 +76,13 @@ def _pack_conv2d(node: Node, target, winograd: bool) -> None:
         data = evaluate("winograd_conv2d_weight", weight.data, oc=oc)
         node.op = get_op("conv2d_winograd")
         node.attrs = node.op.parse_attrs({"out_channels": int(weight.shape[0]), "padding": node.attrs["padding"]})
-        node.inputs[1] = Value(data.shape, weight.dtype, data=data, name=weight.name + "@winograd")
+        _set_weight(node, data, "winograd")
         return
     data = evaluate("pack_conv2d_weight", weight.data, oc=oc)
     attrs = {k: v for k, v in node.attrs.items() if k != "layout"}
     node.op = get_op("conv2d_packed")
     node.attrs = node.op.parse_attrs({**attrs, "out_channels": int(weight.shape[0])})
-    node.inputs[1] = Value(data.shape, weight.dtype, data=data, name=weight.name + "@packed")
+    _set_weight(node, data, "packed")
 
 
 def prepack_weights(graph: Graph, target, winograd: bool = True) -> int:

@@ -74,17 +74,17 @@ def window_out(op: str, dim, kernel: int, stride: int, pad: int, dilation: int =
     return (static(dim) + 2 * pad - span) // stride + 1
 
 
-def pad_spatial(x, layout: str, padding: tuple, fill, name: str):
+def pad_spatial(x, layout: str, padding: tuple, fill, name: str, far: tuple = (0, 0)):
     """``x`` (4-D in ``layout``, or NCHW[c]c with layout ``NCHW``) with
-    ``padding`` rows/columns of ``fill`` on both sides of H and W; ``x``
-    itself when there is no padding."""
+    ``padding`` rows/columns of ``fill`` on both sides of H and W, and
+    ``far`` more past their far edges; ``x`` itself when there is none."""
     ph, pw = padding
-    if not (ph or pw):
+    if not (ph or pw or any(far)):
         return x
     ha, wa = spatial_axes(layout)  # NCHW's also hold for a blocked (N, C / c, H, W, c)
     shape = list(x.shape)
     h, w = shape[ha], shape[wa]
-    shape[ha], shape[wa] = h + 2 * ph, w + 2 * pw
+    shape[ha], shape[wa] = h + 2 * ph + far[0], w + 2 * pw + far[1]
 
     def body(*i):
         inside = tirx.all(i[ha] >= ph, i[ha] < h + ph, i[wa] >= pw, i[wa] < w + pw)

@@ -142,11 +142,8 @@ class Conv2dWinograd(Op):
         oh, ow = static(out[2]), static(out[3])
         th, tw = -(-oh // OUT), -(-ow // OUT)
         # the padded input, reaching the last tile's far edge (zeros past the padding too)
-        rows, cols = OUT * th + 2, OUT * tw + 2
-        extra = (rows - oh - 2, cols - ow - 2)
-        xp = pad_spatial(x, "NCHW", padding, tirx.const(0, dtype_of(x)), "conv2d_winograd_pad")
-        if any(extra):
-            xp = _grow(xp, extra, dtype_of(x))
+        far = (OUT * th - oh, OUT * tw - ow)
+        xp = pad_spatial(x, "NCHW", padding, tirx.const(0, dtype_of(x)), "conv2d_winograd_pad", far)
         read = (lambda b, c, y, z: xp[b, c // in_block, y, z, c % in_block]) if in_block else \
             (lambda b, c, y, z: xp[b, c, y, z])
         tiles = th * tw
@@ -203,18 +200,3 @@ def _additions(matrix: np.ndarray, a: np.ndarray, axis: int) -> np.ndarray:
         terms = [np.take(a, k, axis=axis) * float(m) for k, m in enumerate(row) if m]
         rows.append(sum(terms[1:], terms[0]))
     return np.stack(rows, axis=axis)
-
-
-def _grow(xp, extra: tuple, dtype: str):
-    """``xp`` with ``extra`` rows and columns of zeros past its far edges."""
-    shape = list(xp.shape)
-    h, w = shape[2], shape[3]
-    shape[2], shape[3] = h + extra[0], w + extra[1]
-
-    def body(*i):
-        src = list(i)
-        src[2], src[3] = tirx.min(i[2], h - 1), tirx.min(i[3], w - 1)
-        return tirx.if_then_else(tirx.all(i[2] < h, i[3] < w), xp(*src), tirx.const(0, dtype))
-
-    return te.compute(shape, body, name="conv2d_winograd_grow", tag="injective")
-

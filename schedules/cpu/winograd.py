@@ -7,8 +7,9 @@ over the input channels, within one of the input's channel blocks, the 4 x 4
 positions unrolled so each is one expression), the 16 matrix products
 (``_gemm``: a register tile of ``tile_p`` tiles x the block's ``oc``
 channels, ``oc / lanes`` weight vectors and ``tile_p`` broadcasts per input
-channel, as the direct conv's micro-kernel), and the output transform (``_rows``, then the output itself,
-its 2 x 2 outputs unrolled; a fused epilogue joins its write-back).
+channel, as the direct conv's micro-kernel), and the output transform
+(``_rows``, then the output itself, its 2 x 2 outputs unrolled; a fused
+epilogue joins its write-back).
 
 ``tile_p``    tiles per register tile: a divisor of the tiles, the most
               within the direct conv's accumulator budget (``conv2d._budget``).
@@ -43,10 +44,9 @@ def schedule_winograd(sch, block, cfg: Config) -> None:
     oc = int(cfg.workload.shapes[1][4])
     lanes = cfg.target.lanes(str(sch.get(block).writes[0].source.dtype))
     vectors = max(1, -(-oc // lanes))
-    for stage in ("_pad", "_grow"):
-        found = find_block(sch, name + stage)
-        if found is not None:
-            sch.compute_inline(found)
+    pad = find_block(sch, name + "_pad")
+    if pad is not None:
+        sch.compute_inline(pad)
     gemm = sch.get_sblock(name + "_gemm")
     tiles = const_int(extent(sch, sch.get_loops(gemm)[4]))
     choices = divisors(tiles)
@@ -104,14 +104,11 @@ def _transform(sch, block, outer, order: tuple, unrolled: tuple, block_width: in
     the input's channel blocks."""
     sch.compute_at(block, outer)
     loops = sch.get_loops(block)[1:]
-    channels = loops[3]
-    inner = [channels]
-    if block_width and (const_int(extent(sch, channels)) or 0) > block_width:
-        cb, cl = sch.split(channels, [None, block_width])
-        inner = [cb, cl]
-    sch.reorder(*(loops[k] for k in order[:3]), *inner)
-    if len(inner) == 2:
-        sch.reorder(inner[0], *(loops[k] for k in order[1:3]))
+    first, *positions = (loops[k] for k in order[:3])
+    channels = [loops[3]]
+    if block_width and (const_int(extent(sch, loops[3])) or 0) > block_width:
+        channels = sch.split(loops[3], [None, block_width])
+    sch.reorder(first, *channels[:-1], *positions, channels[-1])
     for k in unrolled:
         sch.unroll(loops[k])
-    sch.vectorize(inner[-1])
+    sch.vectorize(channels[-1])
