@@ -6,7 +6,8 @@ input and output in channel blocks when ``--in-block`` is given.
 Run: ``python benchmarks/winograd_vs_direct.py --shape 64x16x8x8 --out 32``
 (the digits CNN's second layer at 64 images). Prints each side's time and
 its rate in the direct convolution's GFLOPS, and whether the export would
-take Winograd for this layer (``graph.prepack.winograd_fits``).
+take Winograd for this layer, and with which output tile
+(``graph.prepack.winograd_tile``).
 """
 from __future__ import annotations
 
@@ -16,10 +17,11 @@ import numpy as np
 
 import kiln
 from kiln.bench.timing import compare, kernel_sampler
-from kiln.graph.prepack import winograd_fits
+from kiln.graph.prepack import winograd_tile
 from kiln.schedules.cpu.conv2d import packed_channels
 from kiln.te import get_op
 from kiln.te.layout import blocked_array
+from kiln.te.winograd import TRANSFORMS
 
 
 def main() -> None:
@@ -37,16 +39,17 @@ def main() -> None:
     workload = get_op("conv2d").check([x.shape, weight.shape], ["float32"] * 2, {"padding": args.padding})
     oc = packed_channels(workload, kiln.cpu())
     xi = blocked_array(x, args.in_block) if args.in_block else x
-    u = kiln.build("winograd_conv2d_weight", [weight.shape], attrs={"oc": oc})(weight)
     packed = kiln.build("pack_conv2d_weight", [weight.shape], attrs={"oc": oc})(weight)
     attrs = {"out_channels": args.out, "padding": args.padding, "in_block": args.in_block, "out_block": True}
-    sides = {"conv2d_winograd": kernel_sampler(kiln.build("conv2d_winograd", [xi.shape, u.shape], attrs=attrs),
-                                               [xi, u]),
-             "conv2d_packed": kernel_sampler(kiln.build("conv2d_packed", [xi.shape, packed.shape], attrs=attrs),
+    sides = {"conv2d_packed": kernel_sampler(kiln.build("conv2d_packed", [xi.shape, packed.shape], attrs=attrs),
                                              [xi, packed])}
+    for tile in TRANSFORMS:  # each output tile F(m x m, 3x3)
+        u = kiln.build("winograd_conv2d_weight", [weight.shape], attrs={"oc": oc, "tile": tile})(weight)
+        sides[f"winograd F({tile},3)"] = kernel_sampler(
+            kiln.build("conv2d_winograd", [xi.shape, u.shape], attrs=attrs), [xi, u])
     flops = workload.op.flops(workload.shapes, **workload.attrs)
     print(f"# {kiln.cpu()}  {args.shape} -> {args.out} channels, block {oc}; "
-          f"the export takes Winograd: {winograd_fits(workload, oc)}")
+          f"the export takes: {f'winograd F({tile},3)' if (tile := winograd_tile(workload)) else 'direct'}")
     for name, side in compare(sides, args.repeat).items():
         print(f"{name:16s} {side['median_s'] * 1e6:9.1f} us {flops / side['median_s'] / 1e9:7.1f} GFLOPS"
               f"  spread {100 * side['spread']:.0f}%")

@@ -9,20 +9,18 @@ run by their own kernels; the node becomes ``dense_packed`` or
 ``conv2d_packed``, whose kernel reads the packed constant as it is: no pack
 stage per call.
 
-A small 3x3 stride-1 conv2d (``winograd_fits``) becomes ``conv2d_winograd``
-instead, its weight transformed once (``winograd_conv2d_weight``, the same
-channel blocks): 1.3-1.7x the direct kernel on the digits models' layers.
+A 3x3 stride-1 conv2d with 16 or more input channels becomes
+``conv2d_winograd`` instead, its weight transformed once
+(``winograd_conv2d_weight``, the same channel blocks), in output tiles of
+4 x 4 or 2 x 2 (``winograd_tile``): 1.3-3x the direct kernel.
 """
 from __future__ import annotations
-
-import numpy as np
 
 from ..schedules.cpu.conv2d import packed_channels
 from ..schedules.cpu.matmul import panel_width
 from ..te import get_op
 from ..te.layout import blocks
 from ..te.shapes import static
-from ..te.winograd import OUT, TILE
 from .fold import evaluate
 from .ir import Graph, Node, Value
 
@@ -40,40 +38,56 @@ def _pack_dense(node: Node, target) -> None:
     _set_weight(node, data, "packed")
 
 
-#: the most bytes of input tiles (16 positions x tiles x input channels) a
-#: ``conv2d_winograd`` task may transform: the task's stages then stay in
-#: L2. 16 -> 32 channels on an 8x8 map (16 KB): 118 us at 64 images where
-#: the direct kernel takes 175; 64 -> 64 on 56x56 (3.2 MB): a tie; 256 ->
-#: 256 on 14x14 (800 KB) 0.85x, 512 -> 512 on 7x7 (16 blocks, each
-#: transforming the tiles again) 0.6x (znver4, interleaved)
-WINOGRAD_TILE_BYTES = 64 << 10
+#: the fewest input channels (the matrix products' depth) for a Winograd convolution
+WINOGRAD_MIN_CHANNELS = 16
 
-#: the fewest input channels (the matrix products' depth) and the most output channel blocks
-WINOGRAD_MIN_CHANNELS, WINOGRAD_MAX_BLOCKS = 16, 2
+#: the most input channels for F(4x4, 3x3): its rounding grows with its
+#: products' depth (float32, the largest error over the output's largest
+#: magnitude: 64 channels 5e-6, 256 1.2e-5, 512 2.8e-5, where F(2x2, 3x3)
+#: stays under 1e-6 and the direct conv 2e-6)
+WINOGRAD_F4_MAX_CHANNELS = 128
 
 
-def winograd_fits(workload, oc: int) -> bool:
-    """Whether an NCHW ``conv2d`` runs as ``conv2d_winograd`` at export: a
-    3x3 kernel, stride and dilation 1, a static map whose tiles' transform
-    fits ``WINOGRAD_TILE_BYTES``, at least ``WINOGRAD_MIN_CHANNELS`` input
-    channels and at most ``WINOGRAD_MAX_BLOCKS`` blocks of ``oc`` outputs."""
+def _products(oh: int, ow: int, step: int) -> int:
+    """Multiplies per output channel and input channel of F(step x step, 3x3) on an oh x ow map."""
+    return blocks(oh, step) * blocks(ow, step) * (step + 2) ** 2
+
+
+def winograd_tile(workload) -> int:
+    """The output tile m with which an NCHW ``conv2d`` runs as
+    ``conv2d_winograd`` F(m x m, 3x3) at export, 0 to keep it direct: a 3x3
+    kernel, stride and dilation 1, a static map, at least
+    ``WINOGRAD_MIN_CHANNELS`` input channels. m is 4 with at most
+    ``WINOGRAD_F4_MAX_CHANNELS`` inputs, at least 4 tiles of 4 x 4 per image
+    (a register tile of one tile starves the products: 32 -> 32 channels on
+    4x4 at 64 images 56 us against F(2x2)'s 47) and at most 3/4 of F(2x2)'s
+    multiplies (6x6 maps tie on them and F(2x2) wins, 18 against 21 us);
+    else 2.
+
+    Measured against the direct ``conv2d_packed`` (znver4, interleaved,
+    ``benchmarks/winograd_vs_direct.py``): F(4x4) 16 -> 32 channels on 8x8
+    at 16 images 19 us, F(2x2) 28, direct 47; 64 -> 64 on 56x56 at one
+    image 341, 600, 1068; 128 -> 128 on 28x28 at 8 images 2.8, 4.5, 8.7 ms;
+    F(2x2) 512 -> 512 on 7x7 at 8 images 6.5 against 8.3 ms."""
     a, (_, i, kh, kw) = workload.attrs, (static(d) for d in workload.shapes[1])
     _, o, oh, ow = (static(d) for d in workload.out_shapes[0])
     if (kh, kw) != (3, 3) or tuple(a["stride"]) != (1, 1) or tuple(a["dilation"]) != (1, 1):
-        return False
-    if not all(isinstance(d, int) for d in (i, o, oh, ow)):
-        return False
-    tiles = blocks(oh, OUT) * blocks(ow, OUT)
-    tile_bytes = TILE * TILE * tiles * i * np.dtype(workload.dtypes[0]).itemsize
-    return i >= WINOGRAD_MIN_CHANNELS and blocks(o, oc) <= WINOGRAD_MAX_BLOCKS and tile_bytes <= WINOGRAD_TILE_BYTES
+        return 0
+    if not all(isinstance(d, int) for d in (i, o, oh, ow)) or i < WINOGRAD_MIN_CHANNELS:
+        return 0
+    if (i <= WINOGRAD_F4_MAX_CHANNELS and blocks(oh, 4) * blocks(ow, 4) >= 4
+            and 4 * _products(oh, ow, 4) <= 3 * _products(oh, ow, 2)):
+        return 4
+    return 2
 
 
 def _pack_conv2d(node: Node, target, winograd: bool) -> None:
     x, weight = node.inputs
     workload = node.op.check([x.shape, weight.shape], [x.dtype, weight.dtype], node.attrs)
     oc = packed_channels(workload, target)
-    if winograd and winograd_fits(workload, oc):
-        data = evaluate("winograd_conv2d_weight", weight.data, oc=oc)
+    tile = winograd_tile(workload) if winograd else 0
+    if tile:
+        data = evaluate("winograd_conv2d_weight", weight.data, oc=oc, tile=tile)
         node.op = get_op("conv2d_winograd")
         node.attrs = node.op.parse_attrs({"out_channels": int(weight.shape[0]), "padding": node.attrs["padding"]})
         _set_weight(node, data, "winograd")

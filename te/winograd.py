@@ -1,52 +1,79 @@
-"""Winograd convolution F(2x2, 3x3) for inference with a constant 3x3 weight.
+"""Winograd convolution F(m x m, 3x3) for inference with a constant 3x3 weight.
 
-The output is computed in 2x2 tiles from 4x4 input tiles (Lavin and Gray,
-"Fast Algorithms for Convolutional Neural Networks"): with ``U = G w G^T``
-(the weight transform, once, at export) and ``V = B^T d B`` (each input
-tile's transform), a tile is ``A^T [sum over channels of U * V] A``. Each of
-the 16 positions of a tile is a matrix product of (tiles x I) by (I x O): 16
-multiplies per 4 outputs where a direct 3x3 convolution needs 36. ``B`` and
-``A`` hold only 0 and +-1, so the transforms are additions.
+The output is computed in m x m tiles (m = 2 or 4) from (m + 2) x (m + 2)
+input tiles (Lavin and Gray, "Fast Algorithms for Convolutional Neural
+Networks"): with ``U = G w G^T`` (the weight transform, once, at export) and
+``V = B^T d B`` (each input tile's transform), a tile is ``A^T [sum over
+channels of U * V] A``. Each of the (m + 2)^2 positions of a tile is a
+matrix product of (tiles x I) by (I x O): F(2x2, 3x3) does 16 multiplies per
+4 outputs and F(4x4, 3x3) 36 per 16 where a direct 3x3 convolution needs 36
+per output. F(2x2, 3x3)'s ``B`` and ``A`` hold only 0 and +-1 (its
+transforms are additions); F(4x4, 3x3)'s hold small integers and round more.
 
-- ``winograd_conv2d_weight(w, oc)``: w (O, I, 3, 3) -> U as channel blocks
-  (ceil(O / oc), 4, 4, I, oc), zeros past channel O (the layout of
-  ``pack_conv2d_weight``'s blocks, the taps replaced by the 16 positions);
-- ``conv2d_winograd(x, U)``: stride 1, no dilation; the attrs and layouts of
-  ``conv2d_packed`` (``out_channels``, ``padding``, ``in_block``,
-  ``out_block``). Its stages: ``_input`` (B^T along rows), ``_v`` (B along
-  columns), ``_gemm`` (the 16 products), ``_rows`` (A^T), then the output (A).
+- ``winograd_conv2d_weight(w, oc, tile)``: w (O, I, 3, 3) -> U as channel
+  blocks (ceil(O / oc), m + 2, m + 2, I, oc) for output tiles of ``tile``
+  = m, zeros past channel O (the layout of ``pack_conv2d_weight``'s blocks,
+  the taps replaced by the positions);
+- ``conv2d_winograd(x, U)``: stride 1, no dilation, m read from U's shape;
+  the attrs and layouts of ``conv2d_packed`` (``out_channels``, ``padding``,
+  ``in_block``, ``out_block``). Its stages: ``_input`` (B^T along rows),
+  ``_v`` (B along columns), ``_gemm`` (the products), ``_rows`` (A^T), then
+  the output (A).
 
-Rounding differs from a direct convolution (the transforms add and halve):
-about 1e-6 relative on float32 (``tests/test_winograd.py`` states it).
+Rounding differs from a direct convolution (the transforms add, halve and
+scale): on float32 about 1e-6 of the output's magnitude for m = 2 and 1e-5
+for m = 4 (``tests/test_winograd.py`` states what it measured).
 """
 from __future__ import annotations
 
 import numpy as np
 from tvm import te, tirx
 
-from ..errors import ShapeError
+from ..errors import AttrError, ShapeError
 from . import attrs as A
 from .conv import OUT_BLOCK, PADDING, _plain_input, check_rank4, output_channel_blocks, pad_spatial, window_out
 from .layout import blocked_array, blocks, plain_array
 from .registry import Op, register
 from .shapes import FLOATS, dtype_of, promote, same_dim, shape_str, size, static
 
-#: the weight transform G (4 x 3), B^T (4 x 4) and A^T (2 x 4) of F(2x2, 3x3)
-G = np.array([[1, 0, 0], [0.5, 0.5, 0.5], [0.5, -0.5, 0.5], [0, 0, 1]])
-BT = np.array([[1, 0, -1, 0], [0, 1, 1, 0], [0, -1, 1, 0], [0, 1, 0, -1]])
-AT = np.array([[1, 1, 1, 0], [0, 1, -1, -1]])
-TILE, OUT = 4, 2
+#: for each output tile m: the weight transform G ((m + 2) x 3), B^T and A^T (m x (m + 2))
+TRANSFORMS = {
+    2: (np.array([[1, 0, 0], [0.5, 0.5, 0.5], [0.5, -0.5, 0.5], [0, 0, 1]]),
+        np.array([[1, 0, -1, 0], [0, 1, 1, 0], [0, -1, 1, 0], [0, 1, 0, -1]]),
+        np.array([[1, 1, 1, 0], [0, 1, -1, -1]])),
+    4: (np.array([[1 / 4, 0, 0], [-1 / 6, -1 / 6, -1 / 6], [-1 / 6, 1 / 6, -1 / 6],
+                  [1 / 24, 1 / 12, 1 / 6], [1 / 24, -1 / 12, 1 / 6], [0, 0, 1]]),
+        np.array([[4, 0, -5, 0, 1, 0], [0, -4, -4, 1, 1, 0], [0, 4, -4, -1, 1, 0],
+                  [0, -2, -1, 2, 1, 0], [0, 2, -1, -2, 1, 0], [0, 4, 0, -5, 0, 1]]),
+        np.array([[1, 1, 1, 1, 1, 0], [0, 1, -1, 2, -2, 0], [0, 1, 1, 4, 4, 0], [0, 1, -1, 8, -8, 1]])),
+}
 
 
-def _combine(matrix: np.ndarray, row, get):
+def output_tile(w_shape) -> int:
+    """m, the output tile of Winograd weight blocks (B, m + 2, m + 2, I, oc)."""
+    return int(static(w_shape[1])) - 2
+
+
+def _tile(op: str, name: str, value) -> int:
+    value = A.integer(op, name, value)
+    if value not in TRANSFORMS:
+        raise AttrError(f"got {value!r}, expected an output tile of {' or '.join(map(str, TRANSFORMS))}",
+                        op=op, arg=name)
+    return value
+
+
+def _combine(matrix: np.ndarray, row, get, dtype: str):
     """``sum_a matrix[row, a] * get(a)`` for a loop variable ``row``, written
-    as the additions its nonzero +-1 entries make (a Select over the rows,
-    which an unrolled ``row`` folds to one expression)."""
+    as the additions its nonzero entries make, a product only where one is
+    not +-1 (a Select over the rows, which an unrolled ``row`` folds to one
+    expression)."""
     def terms(r):
         out = None
         for a, m in enumerate(matrix[r]):
             if m:
                 t = get(a)
+                if abs(m) != 1:
+                    t = t * tirx.const(float(abs(m)), dtype)
                 out = (t if m > 0 else -t) if out is None else (out + t if m > 0 else out - t)
         return out
 
@@ -72,38 +99,41 @@ def check_3x3(op: str, w, arg: str = "w") -> None:
 
 @register
 class WinogradConv2dWeight(Op):
-    """A 3x3 OIHW weight's Winograd transform ``G w G^T`` as channel blocks
-    (ceil(O / oc), 4, 4, I, oc); channels past O are 0."""
+    """A 3x3 OIHW weight's Winograd transform ``G w G^T`` for output tiles of
+    ``tile`` as channel blocks (ceil(O / oc), tile + 2, tile + 2, I, oc);
+    channels past O are 0."""
 
     name = "winograd_conv2d_weight"
     differentiable = False
     dtypes = FLOATS
-    attrs = {"oc": OUT_BLOCK}
+    attrs = {"oc": OUT_BLOCK, "tile": A.Attr(_tile, default=2, doc="m, the output tile: F(m x m, 3x3), 2 or 4")}
 
-    def infer_shape(self, w, oc):
+    def infer_shape(self, w, oc, tile):
         check_rank4(self.name, w, "w", "OIHW")
         check_3x3(self.name, w)
-        return (blocks(w[0], oc), TILE, TILE, w[1], oc)
+        return (blocks(w[0], oc), tile + 2, tile + 2, w[1], oc)
 
-    def compute(self, w, oc):
-        o, dt = w.shape[0], dtype_of(w)
+    def compute(self, w, oc, tile):
+        o, dt, G = w.shape[0], dtype_of(w), TRANSFORMS[tile][0]
         ra, rb = te.reduce_axis((0, 3), "ra"), te.reduce_axis((0, 3), "rb")
 
         def body(b, e, u, i, j):  # the clamped index keeps the padded lanes' read in bounds
             tap = tirx.if_then_else(b * oc + j < o, w[tirx.min(b * oc + j, o - 1), i, ra, rb], tirx.const(0, dt))
             return te.sum(_constant(G, e, ra, dt) * tap * _constant(G, u, rb, dt), axis=[ra, rb])
 
-        return te.compute(self.infer_shape(tuple(w.shape), oc), body, name=self.name, tag="reduction")
+        return te.compute(self.infer_shape(tuple(w.shape), oc, tile), body, name=self.name, tag="reduction")
 
-    def reference(self, w, oc):
+    def reference(self, w, oc, tile):
+        G = TRANSFORMS[tile][0]
         return output_channel_blocks(np.einsum("ea,oiab,ub->oeui", G, w, G).astype(w.dtype), oc)
 
 
 @register
 class Conv2dWinograd(Op):
     """A 3x3, stride-1 ``conv2d(x, w)`` (NCHW) with w given as
-    ``winograd_conv2d_weight``'s blocks (B, 4, 4, I, oc) -> (N, out_channels,
-    OH, OW); ``in_block`` and ``out_block`` as ``conv2d_packed``'s."""
+    ``winograd_conv2d_weight``'s blocks (B, m + 2, m + 2, I, oc) -> (N,
+    out_channels, OH, OW) in m x m tiles; ``in_block`` and ``out_block`` as
+    ``conv2d_packed``'s."""
 
     name = "conv2d_winograd"
     differentiable = False
@@ -117,10 +147,11 @@ class Conv2dWinograd(Op):
 
     def infer_shape(self, x, w, out_channels, padding, in_block, out_block):
         oc = static(w[4]) if len(w) == 5 else None
-        if not isinstance(oc, int) or oc < 1 or static(w[1]) != TILE or static(w[2]) != TILE \
+        if not isinstance(oc, int) or oc < 1 or output_tile(w) not in TRANSFORMS or static(w[2]) != static(w[1]) \
                 or not same_dim(w[0], blocks(out_channels, oc)):
-            raise ShapeError(f"got w {shape_str(w)}, expected (ceil(O / oc), 4, 4, I, oc) Winograd blocks holding "
-                             f"O = out_channels = {out_channels} channels", op=self.name, arg="w")
+            tiles = " or ".join(str(m + 2) for m in TRANSFORMS)
+            raise ShapeError(f"got w {shape_str(w)}, expected (ceil(O / oc), t, t, I, oc) Winograd blocks (t = "
+                             f"{tiles}) holding O = out_channels = {out_channels} channels", op=self.name, arg="w")
         x = _plain_input(self.name, x, w, in_block, channels_axis=3)
         check_rank4(self.name, x, "x", "NCHW")
         if not same_dim(x[1], w[3]):
@@ -140,26 +171,28 @@ class Conv2dWinograd(Op):
         dt = promote(self.name, dtype_of(x), dtype_of(w))
         n, ci, oc = x.shape[0], w.shape[3], static(w.shape[4])
         oh, ow = static(out[2]), static(out[3])
-        th, tw = -(-oh // OUT), -(-ow // OUT)
+        step = output_tile(w.shape)
+        span, (_, BT, AT) = step + 2, TRANSFORMS[step]
+        th, tw = -(-oh // step), -(-ow // step)
         # the padded input, reaching the last tile's far edge (zeros past the padding too)
-        far = (OUT * th - oh, OUT * tw - ow)
+        far = (step * th - oh, step * tw - ow)
         xp = pad_spatial(x, "NCHW", padding, tirx.const(0, dtype_of(x)), "conv2d_winograd_pad", far)
         read = (lambda b, c, y, z: xp[b, c // in_block, y, z, c % in_block]) if in_block else \
             (lambda b, c, y, z: xp[b, c, y, z])
         tiles = th * tw
-        rows_t = te.compute((n, tiles, TILE, TILE, ci), lambda b, p, e, v, c: _combine(
-            BT, e, lambda a: read(b, c, (p // tw) * OUT + a, (p % tw) * OUT + v).astype(dt)),
+        rows_t = te.compute((n, tiles, span, span, ci), lambda b, p, e, v, c: _combine(
+            BT, e, lambda a: read(b, c, (p // tw) * step + a, (p % tw) * step + v).astype(dt), dt),
             name=self.name + "_input", tag="injective")
-        vt = te.compute((n, TILE, TILE, tiles, ci), lambda b, e, u, p, c: _combine(
-            BT, u, lambda v: rows_t[b, p, e, v, c]), name=self.name + "_v", tag="injective")
+        vt = te.compute((n, span, span, tiles, ci), lambda b, e, u, p, c: _combine(
+            BT, u, lambda v: rows_t[b, p, e, v, c], dt), name=self.name + "_v", tag="injective")
         rc = te.reduce_axis((0, ci), "rc")
-        gemm = te.compute((n, w.shape[0], TILE, TILE, tiles, oc), lambda b, kb, e, u, p, k: te.sum(
+        gemm = te.compute((n, w.shape[0], span, span, tiles, oc), lambda b, kb, e, u, p, k: te.sum(
             vt[b, e, u, p, rc] * w[kb, e, u, rc, k].astype(dt), axis=rc), name=self.name + "_gemm", tag="reduction")
-        rows_m = te.compute((n, w.shape[0], OUT, TILE, tiles, oc), lambda b, kb, i, u, p, k: _combine(
-            AT, i, lambda e: gemm[b, kb, e, u, p, k]), name=self.name + "_rows", tag="injective")
+        rows_m = te.compute((n, w.shape[0], step, span, tiles, oc), lambda b, kb, i, u, p, k: _combine(
+            AT, i, lambda e: gemm[b, kb, e, u, p, k], dt), name=self.name + "_rows", tag="injective")
 
         def tile_out(b, kb, y, z, k):
-            return _combine(AT, z % OUT, lambda u: rows_m[b, kb, y % OUT, u, (y // OUT) * tw + z // OUT, k])
+            return _combine(AT, z % step, lambda u: rows_m[b, kb, y % step, u, (y // step) * tw + z // step, k], dt)
 
         if out_block:
             body = tile_out
@@ -170,17 +203,19 @@ class Conv2dWinograd(Op):
 
     def reference(self, x, w, out_channels, padding, in_block, out_block):
         x = plain_array(x, w.shape[3]) if in_block else x
-        u = w.transpose(1, 2, 3, 0, 4).reshape(TILE, TILE, w.shape[3], -1)  # (4, 4, I, blocks x oc)
+        step = output_tile(w.shape)
+        span, (_, BT, AT) = step + 2, TRANSFORMS[step]
+        u = w.transpose(1, 2, 3, 0, 4).reshape(span, span, w.shape[3], -1)  # (t, t, I, blocks x oc)
         n, _, h, wd = x.shape
         oh, ow = h + 2 * padding[0] - 2, wd + 2 * padding[1] - 2
-        th, tw = -(-oh // OUT), -(-ow // OUT)
-        xp = np.zeros((n, x.shape[1], OUT * th + 2, OUT * tw + 2), x.dtype)
+        th, tw = -(-oh // step), -(-ow // step)
+        xp = np.zeros((n, x.shape[1], step * th + 2, step * tw + 2), x.dtype)
         xp[:, :, padding[0]:padding[0] + h, padding[1]:padding[1] + wd] = x
-        d = np.lib.stride_tricks.sliding_window_view(xp, (TILE, TILE), axis=(2, 3))[:, :, ::OUT, ::OUT]
+        d = np.lib.stride_tricks.sliding_window_view(xp, (span, span), axis=(2, 3))[:, :, ::step, ::step]
         v = _additions(BT, _additions(BT, d, 4), 5)  # (N, I, th, tw, e, u)
         m = np.einsum("ncsteu,euco->nosteu", v, u.astype(v.dtype))  # (N, O, th, tw, e, u)
-        y = _additions(AT, _additions(AT, m, 4), 5)  # (N, O, th, tw, 2, 2)
-        y = y.transpose(0, 1, 2, 4, 3, 5).reshape(n, -1, OUT * th, OUT * tw)[:, :, :oh, :ow]
+        y = _additions(AT, _additions(AT, m, 4), 5)  # (N, O, th, tw, m, m)
+        y = y.transpose(0, 1, 2, 4, 3, 5).reshape(n, -1, step * th, step * tw)[:, :, :oh, :ow]
         y = y.astype(np.result_type(x, w))
         return blocked_array(y, w.shape[4]) if out_block else y[:, :out_channels]
 
@@ -193,8 +228,8 @@ class Conv2dWinograd(Op):
 
 def _additions(matrix: np.ndarray, a: np.ndarray, axis: int) -> np.ndarray:
     """``matrix`` applied along ``axis`` of ``a`` as the kernel does it: the
-    additions of its nonzero +-1 entries, no product with a zero (through
-    which a NaN or an infinity would reach every position)."""
+    sum of its nonzero entries' terms, no product with a zero (through which
+    a NaN or an infinity would reach every position)."""
     rows = []
     for row in matrix:
         terms = [np.take(a, k, axis=axis) * float(m) for k, m in enumerate(row) if m]

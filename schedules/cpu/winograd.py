@@ -2,24 +2,26 @@
 block) computed in one parallel task, so a task's tiles stay in L1/L2
 between the stages.
 
-Per task: the input transform (``_input``, ``_v``: additions vectorized
-over the input channels, within one of the input's channel blocks, the 4 x 4
-positions unrolled so each is one expression), the 16 matrix products
-(``_gemm``: a register tile of ``tile_p`` tiles x the block's ``oc``
-channels, ``oc / lanes`` weight vectors and ``tile_p`` broadcasts per input
-channel, as the direct conv's micro-kernel), and the output transform
-(``_rows``, then the output itself, its 2 x 2 outputs unrolled; a fused
+Per task, for output tiles of m x m (F(m x m, 3x3), m = 2 or 4, read from
+the weight's shape): the input transform (``_input``, ``_v``: vectorized
+over the input channels, within one of the input's channel blocks, the (m +
+2)^2 positions unrolled so each is one expression), one matrix product per
+position (``_gemm``: a register tile of ``tile_p`` tiles x the block's
+``oc`` channels, ``oc / lanes`` weight vectors and ``tile_p`` broadcasts per
+input channel, as the direct conv's micro-kernel), and the output transform
+(``_rows``, then the output itself, its m x m outputs unrolled; a fused
 epilogue joins its write-back).
 
 ``tile_p``    tiles per register tile: a divisor of the tiles, the most
               within the direct conv's accumulator budget (``conv2d._budget``).
               16 -> 32 channels on an 8x8 map, 64 images (znver4, AVX-512,
               one task per image, transforms unfused): 8 tiles x 2 vectors 118
-              us, 4 x 2 129, 16 x 2 124; the direct ``conv2d_packed`` 175.
+              us, 4 x 2 129, 16 x 2 124; the direct ``conv2d_packed`` 175;
+              F(4x4): 4 tiles x 2 vectors 66 us.
 ``parallel``  1 to run the tasks on the thread pool.
 ``fuse_transforms`` 1 to compute each transform in one pass: the rows pass
               (``_input``, ``_rows``) inlined into the columns pass, a tile's
-              16 positions in registers, the sums the positions share
+              positions in registers, the sums the positions share
               computed once; 0 for a stage per pass, through a task buffer.
 
 A task recomputes the input transform for each of its image's channel
@@ -30,18 +32,22 @@ from __future__ import annotations
 from ..config import Config
 from ..dispatch import register_template
 from ..util import const_int, divisors, extent, find_block
+from ...te.winograd import output_tile
 from .conv2d import _budget
 
 
-#: ``fuse_transforms``' default: 16 -> 32 channels on an 8x8 map at 64 images 101 us fused, 120 not;
-#: 32 -> 32 on 4x4 (two input blocks) 48 against 52 (znver4, interleaved)
-FUSE_TRANSFORMS = 1
+#: ``fuse_transforms``' default for each output tile. F(2x2): 16 -> 32
+#: channels on an 8x8 map at 64 images 101 us fused, 120 not; 32 -> 32 on
+#: 4x4 (two input blocks) 48 against 52. F(4x4): 66 against 69 us for the
+#: 8x8 layer, but fused it compiles in 3 s instead of 0.5, and 13-40 s on
+#: odd maps with padding 2 or an NCHW input (znver4, interleaved)
+FUSE_TRANSFORMS = {2: 1, 4: 0}
 
 
 @register_template("cpu", ops=("conv2d_winograd",))
 def schedule_winograd(sch, block, cfg: Config) -> None:
     name = cfg.workload.op.name
-    oc = int(cfg.workload.shapes[1][4])
+    oc, step = int(cfg.workload.shapes[1][4]), output_tile(cfg.workload.shapes[1])
     lanes = cfg.target.lanes(str(sch.get(block).writes[0].source.dtype))
     vectors = max(1, -(-oc // lanes))
     pad = find_block(sch, name + "_pad")
@@ -53,7 +59,7 @@ def schedule_winograd(sch, block, cfg: Config) -> None:
     fit = [d for d in choices if d <= _budget(lanes)(vectors)]
     tile_p = cfg.define_knob("tile_p", choices, default=max(fit or [1]))
     par = cfg.define_knob("parallel", (0, 1), default=1)
-    fused = cfg.define_knob("fuse_transforms", (0, 1), default=FUSE_TRANSFORMS)
+    fused = cfg.define_knob("fuse_transforms", (0, 1), default=FUSE_TRANSFORMS[step])
     if fused:  # each transform in one pass: a tile's rows pass computed inside its columns pass
         sch.compute_inline(sch.get_sblock(name + "_input"))
         sch.compute_inline(sch.get_sblock(name + "_rows"))
@@ -63,8 +69,8 @@ def schedule_winograd(sch, block, cfg: Config) -> None:
     else:
         n, o, y, z = sch.get_loops(block)
         kb, k = sch.split(o, [None, oc])
-    yo, yi = sch.split(y, [None, 2])
-    zo, zi = sch.split(z, [None, 2])
+    yo, yi = sch.split(y, [None, step])
+    zo, zi = sch.split(z, [None, step])
     sch.reorder(n, kb, yo, zo, yi, zi, k)
     outer = sch.fuse(n, kb)
     if par:
@@ -76,8 +82,8 @@ def schedule_winograd(sch, block, cfg: Config) -> None:
     if not fused:
         _transform(sch, sch.get_sblock(name + "_rows"), outer, (0, 1, 2, 3), (0, 1))  # i, u, p, k
 
-    sch.compute_at(gemm, outer)
-    e, u, p, k, rc = sch.get_loops(gemm)[1:]
+    sch.compute_at(gemm, outer, preserve_unit_loops=True)  # a map of one tile keeps its tile loop
+    e, u, p, k, rc = sch.get_loops(gemm)[-5:]
     po, pi = sch.split(p, [None, tile_p])
     sch.reorder(e, u, po, rc, pi, k)
     acc = sch.cache_write(gemm, 0, "local")
@@ -102,8 +108,8 @@ def _transform(sch, block, outer, order: tuple, unrolled: tuple, block_width: in
     with a ``block_width`` narrower than the channels, the channels are split
     into blocks of it, outside the positions, so a vector never spans two of
     the input's channel blocks."""
-    sch.compute_at(block, outer)
-    loops = sch.get_loops(block)[1:]
+    sch.compute_at(block, outer, preserve_unit_loops=True)
+    loops = sch.get_loops(block)[-4:]
     first, *positions = (loops[k] for k in order[:3])
     channels = [loops[3]]
     if block_width and (const_int(extent(sch, loops[3])) or 0) > block_width:

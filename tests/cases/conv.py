@@ -34,14 +34,18 @@ CASES += [  # inference with a pre-packed weight: blocks of oc output channels, 
     Case("conv2d_packed", [(1, 2, 6, 5), (1, 2, 3, 2, 2)], attrs={"out_channels": 2, "stride": (2, 1),
                                                                   "padding": (1, 0)}),
 ]
-CASES += [  # Winograd F(2x2, 3x3): the weight transform, and the convolution reading it (any U: the reference
+CASES += [  # Winograd F(2x2, 3x3) and F(4x4, 3x3): the weight transform, and the convolution reading it (any U: the reference
     # is the same algorithm in numpy; tests/test_winograd.py compares with the direct convolution)
     Case("winograd_conv2d_weight", [(20, 3, 3, 3)], attrs={"oc": 16}),
     Case("winograd_conv2d_weight", [(5, 2, 3, 3)], "float64", attrs={"oc": 8}),
     Case("conv2d_winograd", [(2, 16, 8, 8), (1, 4, 4, 16, 32)], attrs={"out_channels": 32, "padding": 1}),
     Case("conv2d_winograd", [(1, 3, 7, 5), (1, 4, 4, 3, 8)], "float64", attrs={"out_channels": 5, "padding": 1}),
     Case("conv2d_winograd", [(2, 2, 8, 8, 8), (2, 4, 4, 16, 16)],
-         attrs={"out_channels": 20, "padding": 0, "in_block": 8, "out_block": True}),
+         attrs={"out_channels": 20, "padding": 0, "in_block": 8, "out_block": True}),    Case("winograd_conv2d_weight", [(20, 3, 3, 3)], attrs={"oc": 16, "tile": 4}),
+    # F(4x4): its transforms scale by up to 8; inputs of [-1/4, 1/4] keep float32's rounding within atol
+    Case("conv2d_winograd", [(2, 16, 8, 8), (1, 6, 6, 16, 32)], attrs={"out_channels": 32, "padding": 1},
+         low=-0.25, high=0.25),
+    Case("conv2d_winograd", [(1, 3, 9, 6), (1, 6, 6, 3, 8)], "float64", attrs={"out_channels": 5, "padding": 1}),
 ]
 CASES += [  # channel-blocked layouts (NCHW[c]c): the conversions, and a packed conv reading or writing blocks
     Case("to_blocked", [(2, 20, 3, 4)], attrs={"block": 16}),
