@@ -54,8 +54,10 @@ def test_every_register_tile_matches(tile, tiles):
     rng = np.random.default_rng(1)
     x, w = rng.standard_normal((2, 16, 8, 8)).astype("float32"), rng.standard_normal((32, 16, 3, 3)).astype("float32")
     want = _conv_nchw(x, w, (1, 1), (1, 1), (1, 1))
-    for k, tile_p in enumerate(d for d in (1, 2, 4, 8, 16) if tiles % d == 0):  # both thread settings; fused passes once
-        config = {"tile_p": tile_p, "parallel": k % 2, "fuse_transforms": int(k == 0)}
+    # both thread settings; F(2x2)'s fused passes once (F(4x4)'s compile for seconds: the random configs of
+    # tests/test_template_configs.py take them)
+    for k, tile_p in enumerate(d for d in (1, 2, 4, 8, 16) if tiles % d == 0):
+        config = {"tile_p": tile_p, "parallel": k % 2, "fuse_transforms": int(k == 0 and tile == 2)}
         got = _winograd(x, w, 32, 1, config=config, tile=tile)
         assert np.abs(got - want).max() <= RELATIVE[tile] * np.abs(want).max(), config
 
