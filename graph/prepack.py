@@ -9,12 +9,15 @@ run by their own kernels; the node becomes ``dense_packed`` or
 ``conv2d_packed``, whose kernel reads the packed constant as it is: no pack
 stage per call.
 
-A 3x3 stride-1 conv2d with 16 or more input channels becomes
+A 3x3 stride-1 conv2d with 16 or more input channels on a map up to about
+112x112 becomes
 ``conv2d_winograd`` instead, its weight transformed once
 (``winograd_conv2d_weight``, the same channel blocks), in output tiles of
 4 x 4 or 2 x 2 (``winograd_tile``): 1.3-3x the direct kernel.
 """
 from __future__ import annotations
+
+import numpy as np
 
 from ..schedules.cpu.conv2d import packed_channels
 from ..schedules.cpu.matmul import panel_width
@@ -41,6 +44,14 @@ def _pack_dense(node: Node, target) -> None:
 #: the fewest input channels (the matrix products' depth) for a Winograd convolution
 WINOGRAD_MIN_CHANNELS = 16
 
+#: the most bytes of transformed input tiles (positions x tiles x input
+#: channels) one ``conv2d_winograd`` task (an image and channel block) may
+#: hold: past it the stages stream through memory. 64 -> 64 channels on
+#: 56x56 (1.8 MB in F(4x4), 3.2 in F(2x2)): 3.1x and 1.8x the direct
+#: kernel; on 112x112 (7.2 MB in F(4x4)) 1.16x; 32 -> 32 on 224x224 (14 MB,
+#: one task) 0.72x (znver4, one image, interleaved)
+WINOGRAD_TILE_BYTES = 4 << 20
+
 #: the most input channels for F(4x4, 3x3): its rounding grows with its
 #: products' depth (float32, the largest error over the output's largest
 #: magnitude: 64 channels 5e-6, 256 1.2e-5, 512 2.8e-5, where F(2x2, 3x3)
@@ -57,7 +68,8 @@ def winograd_tile(workload) -> int:
     """The output tile m with which an NCHW ``conv2d`` runs as
     ``conv2d_winograd`` F(m x m, 3x3) at export, 0 to keep it direct: a 3x3
     kernel, stride and dilation 1, a static map, at least
-    ``WINOGRAD_MIN_CHANNELS`` input channels. m is 4 with at most
+    ``WINOGRAD_MIN_CHANNELS`` input channels, transformed tiles within
+    ``WINOGRAD_TILE_BYTES``. m is 4 with at most
     ``WINOGRAD_F4_MAX_CHANNELS`` inputs, at least 4 tiles of 4 x 4 per image
     (a register tile of one tile starves the products: 32 -> 32 channels on
     4x4 at 64 images 56 us against F(2x2)'s 47) and at most 3/4 of F(2x2)'s
@@ -75,10 +87,9 @@ def winograd_tile(workload) -> int:
         return 0
     if not all(isinstance(d, int) for d in (i, o, oh, ow)) or i < WINOGRAD_MIN_CHANNELS:
         return 0
-    if (i <= WINOGRAD_F4_MAX_CHANNELS and blocks(oh, 4) * blocks(ow, 4) >= 4
-            and 4 * _products(oh, ow, 4) <= 3 * _products(oh, ow, 2)):
-        return 4
-    return 2
+    step = 4 if (i <= WINOGRAD_F4_MAX_CHANNELS and blocks(oh, 4) * blocks(ow, 4) >= 4
+                 and 4 * _products(oh, ow, 4) <= 3 * _products(oh, ow, 2)) else 2
+    return step if _products(oh, ow, step) * i * np.dtype(workload.dtypes[0]).itemsize <= WINOGRAD_TILE_BYTES else 0
 
 
 def _pack_conv2d(node: Node, target, winograd: bool) -> None:

@@ -84,6 +84,7 @@ def _workload(x, w, **attrs):
 def test_the_export_picks_the_output_tile():
     for x, w, tile in [((16, 16, 8, 8), (32, 16, 3, 3), 4),      # the digits CNN's second layer
                        ((1, 64, 56, 56), (64, 64, 3, 3), 4),     # ResNet-18's first stage
+                       ((1, 64, 112, 112), (64, 64, 3, 3), 0),   # its tiles' transforms stream through memory
                        ((1, 32, 7, 7), (32, 32, 3, 3), 4),       # 4 tiles of 4x4, 16 of 2x2
                        ((1, 32, 6, 6), (32, 32, 3, 3), 2),       # as many multiplies either way
                        ((1, 32, 4, 4), (32, 32, 3, 3), 2),       # one 4x4 tile per image
