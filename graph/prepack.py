@@ -9,9 +9,9 @@ run by their own kernels; the node becomes ``dense_packed`` or
 ``conv2d_packed``, whose kernel reads the packed constant as it is: no pack
 stage per call.
 
-A 3x3 stride-1 conv2d with 16 or more input channels on a map up to about
-112x112 becomes
-``conv2d_winograd`` instead, its weight transformed once
+A 3x3 stride-1 conv2d with 16 or more input channels whose transformed
+tiles fit ``WINOGRAD_TILE_BYTES`` (ResNet-18's 56x56 maps do, 112x112 ones
+not) becomes ``conv2d_winograd`` instead, its weight transformed once
 (``winograd_conv2d_weight``, the same channel blocks), in output tiles of
 4 x 4 or 2 x 2 (``winograd_tile``): 1.3-3x the direct kernel.
 """
