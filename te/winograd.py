@@ -49,9 +49,11 @@ TRANSFORMS = {
 }
 
 
-def output_tile(w_shape) -> int:
-    """m, the output tile of Winograd weight blocks (B, m + 2, m + 2, I, oc)."""
-    return int(static(w_shape[1])) - 2
+def output_tile(w_shape) -> int | None:
+    """m, the output tile of Winograd weight blocks (B, m + 2, m + 2, I, oc);
+    None where that dim is not a number."""
+    span = static(w_shape[1])
+    return span - 2 if isinstance(span, int) else None
 
 
 def _tile(op: str, name: str, value) -> int:
