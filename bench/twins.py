@@ -1,4 +1,4 @@
-"""PyTorch twins of kiln models, with kiln's weights copied in.
+"""PyTorch twins of kiln models, with kiln's weights copied in, and ONNX Runtime sessions on them.
 
 The train and inference suites compare kiln with PyTorch (and ONNX Runtime,
 through a model exported from the twin) on the same model: the twin is built
@@ -6,6 +6,10 @@ from the kiln model itself, layer by layer, so the two cannot drift apart,
 and its outputs are checked against the exported kiln model's.
 """
 from __future__ import annotations
+
+import importlib.util
+import os
+import warnings
 
 import numpy as np
 
@@ -80,3 +84,24 @@ def torch_twin(model: M.Module):
 
     twin = _twin(model)
     return twin if isinstance(twin, torch.nn.Sequential) else torch.nn.Sequential(twin)
+
+
+def ort_session(twin, shape, folder, threads):
+    """``(session, None)``: ONNX Runtime on ``twin`` exported to ONNX in
+    ``folder`` (input ``x``: a batch of any size of ``shape``; ``threads``
+    intra-op threads, one inter-op); ``(None, reason)`` when onnxruntime or
+    onnx is not installed."""
+    missing = [m for m in ("onnxruntime", "onnx") if importlib.util.find_spec(m) is None]
+    if missing:
+        return None, f"{' and '.join(missing)} not installed: no ONNX Runtime row"
+    import onnxruntime as ort
+    import torch
+
+    path = os.path.join(folder, f"{id(twin)}.onnx")
+    with warnings.catch_warnings():  # the TorchScript exporter is deprecated, and still the one that takes a Module
+        warnings.simplefilter("ignore", DeprecationWarning)
+        torch.onnx.export(twin, torch.zeros((1,) + shape), path, input_names=["x"], dynamic_axes={"x": {0: "n"}},
+                          dynamo=False)
+    options = ort.SessionOptions()
+    options.intra_op_num_threads, options.inter_op_num_threads = threads, 1
+    return ort.InferenceSession(path, options, providers=["CPUExecutionProvider"]), None

@@ -10,10 +10,8 @@ the largest difference between kiln's output and the twin's is reported.
 """
 from __future__ import annotations
 
-import importlib.util
 import os
 import tempfile
-import warnings
 
 import numpy as np
 
@@ -23,7 +21,7 @@ from ...runtime import Predictor
 from ...graph.export import export
 from ..rows import make_row
 from ..timing import calls_sampler, compare
-from ..twins import torch_twin
+from ..twins import ort_session, torch_twin
 
 TARGET = 1.0  # kiln's latency at most the reference's
 # name: (model factory, input shape without the batch)
@@ -35,24 +33,6 @@ MODELS = {
 }
 BATCHES = (1, 16, 64)
 QUICK = {"models": ("zoo mlp 1x8x8",), "batches": (1,)}
-
-
-def _ort_session(twin, shape, folder, threads):
-    """ONNX Runtime on the twin exported to ONNX, or ``(None, reason)``."""
-    missing = [m for m in ("onnxruntime", "onnx") if importlib.util.find_spec(m) is None]
-    if missing:
-        return None, f"{' and '.join(missing)} not installed: no ONNX Runtime row"
-    import onnxruntime as ort
-    import torch
-
-    path = os.path.join(folder, f"{id(twin)}.onnx")
-    with warnings.catch_warnings():  # the TorchScript exporter is deprecated, and still the one that takes a Module
-        warnings.simplefilter("ignore", DeprecationWarning)
-        torch.onnx.export(twin, torch.zeros((1,) + shape), path, input_names=["x"], dynamic_axes={"x": {0: "n"}},
-                          dynamo=False)
-    options = ort.SessionOptions()
-    options.intra_op_num_threads, options.inter_op_num_threads = threads, 1
-    return ort.InferenceSession(path, options, providers=["CPUExecutionProvider"]), None
 
 
 def _rows_for(name, predictor, twin, session, reason, torch, batch, shape, repeat):
@@ -94,7 +74,7 @@ def run(context, repeat: int, quick: bool = False) -> list[dict]:
             twin, session, reason = None, None, "PyTorch is not installed: no ONNX model to run"
             if torch is not None:
                 twin = torch_twin(model).eval()
-                session, reason = _ort_session(twin, shape, folder, context.threads)
+                session, reason = ort_session(twin, shape, folder, context.threads)
             for batch in batches:
                 rows += _rows_for(name, predictor, twin, session, reason, torch, batch, shape, repeat)
     return rows
