@@ -9,7 +9,7 @@ evolutionary search, xgb cost model). Both measure with 1 call per repeat, 5
 repeats, >= 40 ms per repeat, and take ``--round`` trials per round
 (``round_trials`` / ``num_trials_per_iter``) out of ``--trials`` in all.
 kiln starts from an empty cache (``KILN_CACHE_DIR`` is a temporary folder).
-One difference by default: the export runs small 3x3 convs as Winograd
+One difference by default: the export runs 3x3 stride-1 convs as Winograd
 convolutions (``conv2d_winograd``), whose kernel MetaSchedule 0.27 cannot
 schedule (its search fails in ``ReverseComputeAt``); MetaSchedule gets those
 convs direct (``optimize(..., winograd=False)``), the graph TVM's own
@@ -176,7 +176,7 @@ def main() -> None:
     parser.add_argument("--number", type=int, default=50, help="calls per timed block")
     parser.add_argument("--repeat", type=int, default=7, help="timed blocks per build")
     parser.add_argument("--metaschedule-winograd", action="store_true",
-                        help="give MetaSchedule the exported graph as it is; by default its small 3x3 convs stay "
+                        help="give MetaSchedule the exported graph as it is; by default its Winograd convs stay "
                              "direct (MetaSchedule 0.27 fails on conv2d_winograd's kernel in ReverseComputeAt)")
     parser.add_argument("--json", help="also write the results to this file")
     args = parser.parse_args()

@@ -38,7 +38,7 @@ FORMAT = "kiln-model-1"
 def optimize(graph, target=None, winograd: bool = True):
     """Run the export passes over ``graph`` in order, in place, and return it:
     fold affine chains into weights, fuse elementwise epilogues, pre-pack
-    constant weights for ``target`` (default the CPU; small 3x3 convs as
+    constant weights for ``target`` (default the CPU; 3x3 stride-1 convs as
     Winograd convolutions unless ``winograd=False``), carry channel-blocked
     layouts between the packed convolutions."""
     fold_affine(graph)

@@ -103,8 +103,8 @@ def schedule_winograd(sch, block, cfg: Config) -> None:
 
 def _transform(sch, block, outer, order: tuple, unrolled: tuple, block_width: int = 0) -> None:
     """A transform stage under the task loop: its four loops in ``order``,
-    two of the 4 x 4 positions (``unrolled``, indices into its own loops)
-    unrolled so each is one expression, the channels innermost, vectorized;
+    its two position loops (``unrolled``, indices into its own loops)
+    unrolled so each position is one expression, the channels innermost, vectorized;
     with a ``block_width`` narrower than the channels, the channels are split
     into blocks of it, outside the positions, so a vector never spans two of
     the input's channel blocks."""
