@@ -56,6 +56,13 @@ def output_tile(w_shape) -> int | None:
     return span - 2 if isinstance(span, int) else None
 
 
+def _tiling(w_shape) -> tuple:
+    """m, m + 2 and the B^T and A^T of Winograd weight blocks (B, m + 2, m + 2, I, oc)."""
+    step = output_tile(w_shape)
+    _, bt, at = TRANSFORMS[step]
+    return step, step + 2, bt, at
+
+
 def _tile(op: str, name: str, value) -> int:
     value = A.integer(op, name, value)
     if value not in TRANSFORMS:
@@ -173,8 +180,7 @@ class Conv2dWinograd(Op):
         dt = promote(self.name, dtype_of(x), dtype_of(w))
         n, ci, oc = x.shape[0], w.shape[3], static(w.shape[4])
         oh, ow = static(out[2]), static(out[3])
-        step = output_tile(w.shape)
-        span, (_, BT, AT) = step + 2, TRANSFORMS[step]
+        step, span, BT, AT = _tiling(w.shape)
         th, tw = -(-oh // step), -(-ow // step)
         # the padded input, reaching the last tile's far edge (zeros past the padding too)
         far = (step * th - oh, step * tw - ow)
@@ -205,8 +211,7 @@ class Conv2dWinograd(Op):
 
     def reference(self, x, w, out_channels, padding, in_block, out_block):
         x = plain_array(x, w.shape[3]) if in_block else x
-        step = output_tile(w.shape)
-        span, (_, BT, AT) = step + 2, TRANSFORMS[step]
+        step, span, BT, AT = _tiling(w.shape)
         u = w.transpose(1, 2, 3, 0, 4).reshape(span, span, w.shape[3], -1)  # (t, t, I, blocks x oc)
         n, _, h, wd = x.shape
         oh, ow = h + 2 * padding[0] - 2, wd + 2 * padding[1] - 2
