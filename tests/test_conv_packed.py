@@ -180,8 +180,8 @@ def test_padding_runs_inside_each_task_with_pad_at(pad_at):
 
 @pytest.mark.parametrize("op, shapes, attrs, many", [
     ("conv2d", [(1, 64, 56, 56), (64, 64, 3, 3)], {"padding": 1}, False),  # 4 channel blocks: 12 copies
-    ("conv2d", [(1, 512, 7, 7), (512, 512, 3, 3)], {"padding": 1}, True),  # 64 blocks of 8 or 32 of 16
-    ("conv2d_backward_data", [(1, 512, 7, 7), (512, 512, 3, 3)], {"in_size": 7, "padding": 1}, True),
+    ("conv2d", [(1, 1024, 7, 7), (1024, 1024, 3, 3)], {"padding": 1}, True),  # 32 blocks of 32, 64 of 16
+    ("conv2d_backward_data", [(1, 1024, 7, 7), (1024, 1024, 3, 3)], {"in_size": 7, "padding": 1}, True),
     ("conv2d", [(1, 64, 56, 56), (128, 64, 3, 3)], {"padding": 1, "stride": 2}, False),  # 12 copies or fewer
 ])
 def test_pad_at_default_counts_the_copies_of_each_padded_row(op, shapes, attrs, many):
@@ -221,13 +221,20 @@ def test_task_rows_computes_the_same_for_every_row_block(layout, x_shape, w_shap
 
 def test_task_rows_default_groups_the_rows_of_a_small_map_only():
     """A row of an 8x8 map is too little work for a task of its own; a row
-    of ResNet's 56x56 layer is plenty."""
-    from kiln.schedules.cpu.conv2d import TASK_MACS
+    of ResNet's 56x56 layer is plenty, unless the conv pads its input: then
+    a task takes rows up to PADDED_TASK_MACS while the image keeps
+    TASKS_PER_IMAGE tasks, so each padded row is copied about once."""
+    from kiln.runtime.lower import lower
+    from kiln.schedules.cpu.conv2d import PADDED_TASK_MACS, TASK_MACS, TASKS_PER_IMAGE
     small = kiln.build("conv2d", [(sym("n"), 16, 8, 8), (32, 16, 3, 3)], attrs={"padding": 1})
     config = small.resolved_config()
     row_macs = 8 * config["tile_oc"] * 16 * 3 * 3  # one output row of one channel tile
     want = max(d for d in (1, 2, 4, 8) if d * row_macs <= TASK_MACS)  # 4 rows of 32 channels, 8 of 16
     assert 1 < config["task_rows"] == want
-    large = CONV.check([(1, 64, 56, 56), (64, 64, 3, 3)], attrs={"padding": 1})
-    from kiln.runtime.lower import lower
-    assert lower(large, kiln.cpu(), {}).cfg.resolved()["task_rows"] == 1
+    unpadded = lower(CONV.check([(1, 64, 56, 56), (64, 64, 3, 3)]), kiln.cpu(), {}).cfg.resolved()
+    assert unpadded["task_rows"] == 1  # 54 rows: one is 1M multiply-adds
+    padded = lower(CONV.check([(1, 64, 56, 56), (64, 64, 3, 3)], attrs={"padding": 1}), kiln.cpu(), {}).cfg.resolved()
+    blocks, row_macs = 64 // padded["tile_oc"], 56 * padded["tile_oc"] * 64 * 9
+    want = max(d for d in range(1, 57) if 56 % d == 0 and d * row_macs <= PADDED_TASK_MACS
+               and blocks * 56 // d >= TASKS_PER_IMAGE)
+    assert 1 < padded["task_rows"] == want  # 14 rows of 32 channels (AVX-512), 28 of 16 (AVX2)

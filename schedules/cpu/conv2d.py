@@ -45,7 +45,10 @@ FMAs for ``tile_ow + tile_oc / lanes`` loads.
               8x8 maps a row is 37K multiply-adds for 16 -> 32 channels.
               Default: the most rows up to ``TASK_MACS`` multiply-adds per
               task (1 for ResNet-sized rows; ``PHASED_TASK_MACS`` for a
-              strided ``conv2d_backward_data``).
+              strided ``conv2d_backward_data``); a padded conv's up to
+              ``PADDED_TASK_MACS`` while an image keeps ``TASKS_PER_IMAGE``
+              tasks (14 rows of ResNet-18's 56x56 to 14x14 maps): fewer
+              tasks pad each input row fewer times.
 ``parallel``  1 to run (batch, channel block, row block) on the thread pool.
 ``pad_at``    1 to zero-pad each task's input rows inside the task (one
               parallel region per call, the rows still in cache when the
@@ -165,10 +168,30 @@ def _task_row_choices(height: int | None, stride: int) -> tuple:
 PHASED_TASK_MACS = 1 << 23
 
 
-def _default_task_rows(rows: tuple, row_macs: int, limit: int = TASK_MACS) -> int:
-    """The most rows up to ``limit`` multiply-adds, else the fewest."""
+#: a padded conv's tasks may grow to this many multiply-adds while an image still splits into
+#: ``TASKS_PER_IMAGE`` tasks: a task of one row pads the kernel's rows (3 for a 3x3) to advance one,
+#: a task of many rows pads each row about once. ResNet-18's padded layers on znver4 (AVX-512, 2 cores,
+#: interleaved against tasks of one row): batch 8 1.03-1.07x (3x3 stride 1, forward and data gradient;
+#: 1.02-1.03 stride 2; 1.05 the 7x7 stem), batch 1 1.01-1.05x; 512x7x7 0.97-1.03 (noise). A 1x1 conv
+#: (nothing to pad) keeps ``TASK_MACS``: 28 rows ran at 0.93-0.96x 4
+PADDED_TASK_MACS = 1 << 24
+
+#: tasks an image of a padded conv keeps at least (channel blocks x row blocks), so one image still
+#: spreads over the threads
+TASKS_PER_IMAGE = 8
+
+
+def _default_task_rows(rows: tuple, row_macs: int, limit: int = TASK_MACS, blocks: int | None = None) -> int:
+    """The most rows up to ``limit`` multiply-adds, else the fewest; with
+    ``blocks`` (a padded conv's channel blocks per image), more rows up to
+    ``PADDED_TASK_MACS`` while ``TASKS_PER_IMAGE`` tasks remain."""
     fit = [d for d in rows if d * row_macs <= limit]
-    return max(fit) if fit else min(rows)
+    base = max(fit) if fit else min(rows)
+    if blocks is None:
+        return base
+    height = max(rows)
+    wide = [d for d in rows if d * row_macs <= PADDED_TASK_MACS and blocks * (height // d) >= TASKS_PER_IMAGE]
+    return max([base, *wide])
 
 
 #: ``pad_at``'s default: 1 while the tasks copy each padded input row at most this many times in all
@@ -263,13 +286,17 @@ def schedule_conv2d(sch, block, cfg: Config) -> NotApplicable | None:
     h_ext = const_int(extent(sch, y))
     row_macs = z_ext * tile_oc * (work(sch, (r1, r2, r3)) or 1)
     rows = _task_row_choices(h_ext, phase_h)
-    task_rows = cfg.define_knob("task_rows", rows, default=_default_task_rows(
-        rows, row_macs, TASK_MACS if taps is None else PHASED_TASK_MACS))
+    pad = find_block(sch, "_pad")
+    blocks = -(-o_ext // tile_oc) if nchw else 1  # channel blocks per image, each its own tasks
+    if taps is not None:
+        row_default = _default_task_rows(rows, row_macs, PHASED_TASK_MACS)
+    else:
+        row_default = _default_task_rows(rows, row_macs, blocks=blocks if pad is not None and h_ext else None)
+    task_rows = cfg.define_knob("task_rows", rows, default=row_default)
     pack_w = not packed and taps is None and cfg.define_knob("pack_w", (0, 1), default=int(nchw)) and nchw
     par = cfg.define_knob("parallel", (0, 1), default=1)
-    pad = find_block(sch, "_pad")
     pad_at = pad is not None and cfg.define_knob("pad_at", (0, 1), default=int(
-        taps is not None or _pad_copies(cfg.workload.attrs, -(-o_ext // tile_oc) if nchw else 1, task_rows,
+        taps is not None or _pad_copies(cfg.workload.attrs, blocks, task_rows,
                                         const_int(extent(sch, r2 if nchw else r1))) <= PAD_AT_COPIES))
 
     if pack_w:
