@@ -4,8 +4,10 @@ Condition: a node's only output is read by exactly one node, an elementwise
 op (``Op.elementwise``: relu, bias and residual adds, the BatchNorm affine
 that could not fold, casts...) that reads it as its first operand (or as
 either operand of a commutative op) and produces the same shape. Rewrite:
-the consumer joins the producer's ``epilogue``, so the pair is one kernel
-and the intermediate is never written to memory (``graph.lower`` inlines the
+the consumer joins the producer's ``epilogue`` and the pair takes the
+consumer's place in the graph (where the consumer's other operands exist,
+such as a bias reshaped after the producer), so the pair is one kernel and
+the intermediate is never written to memory (``graph.lower`` inlines the
 epilogue into the producer's last block). ``dense`` takes a following relu
 as its own ``relu`` attribute, the epilogue its template already computes.
 Reshapes are left alone: they lower to views, not kernels.
@@ -31,9 +33,6 @@ def _absorbable(graph: Graph, node: Node) -> Node | None:
         if user.op.name not in COMMUTATIVE or user.inputs[1] is not out:
             return None
         user.inputs = [user.inputs[1], user.inputs[0]]
-    position = graph.nodes.index(node)
-    if any(v.node is not None and graph.nodes.index(v.node) > position for v in user.inputs[1:]):
-        return None  # an operand computed after the producer: fusing would read it before it exists
     return user
 
 
@@ -51,6 +50,9 @@ def fuse_epilogues(graph: Graph) -> int:
                 node.epilogue.append((user.op, dict(user.attrs), list(user.inputs[1:])))
             node.outputs = [user.outputs[0]]
             user.outputs[0].node = node
-            graph.nodes.remove(user)  # it was the producer's sole reader: nothing reads its input now
+            # the fused node takes the consumer's place: its other operands (a bias reshaped after the
+            # producer) exist there, and nothing between the two read the producer's output (its sole reader)
+            graph.nodes.remove(node)
+            graph.nodes[graph.nodes.index(user)] = node
             absorbed += 1
     return absorbed

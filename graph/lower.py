@@ -292,12 +292,17 @@ def _block_names(func) -> list[str]:
 def _inline_epilogue(lowered, name: str, node: Node) -> None:
     """Inline an epilogue block into the producer's write-back; where the
     template left no block it can join, schedule it on its own (still the
-    same kernel, one more pass over the output)."""
+    same kernel, one more pass over the output). A block the template
+    already scheduled (a generic template inlines the op's own block into
+    the epilogue's and schedules that) stays as it is: scheduling it again
+    fused its row loop back into a vector that crossed rows."""
     sch = lowered.sch
     try:
         block = sch.get_sblock(name)
     except Exception:  # noqa: BLE001 - the template already inlined it into its own stages
         return
+    if any(sch.get(loop).kind != tirx.ForKind.SERIAL for loop in sch.get_loops(block)):
+        return  # the template scheduled it already (a generic template schedules every block it leaves)
     try:
         sch.reverse_compute_inline(block)
     except Exception:  # noqa: BLE001 - TVM refuses some producer shapes; the fallback is correct

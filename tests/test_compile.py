@@ -218,3 +218,28 @@ def test_parameters_and_optimizer_state_are_updated_in_their_own_memory():
     assert weight._array.data_ptr() == where and opt.u[0]._array.data_ptr() == momentum
     assert not np.array_equal(alias.numpy(), before)
     np.testing.assert_array_equal(alias.numpy(), weight.numpy())
+
+
+def _conv_net(seed):
+    kiln.manual_seed(seed)
+    return nn.Sequential(nn.Conv(1, 8, 3), nn.ReLU(), nn.GlobalAvgPool2d(), nn.Linear(8, 10))
+
+
+def test_a_conv_bias_and_relu_fuse_into_the_conv_in_a_compiled_step():
+    """The bias is reshaped after the conv in the recorded order; the fused
+    conv takes the add's place, so bias and relu are its write-back (not a
+    pass over the activations of their own), and the step still trains as
+    eager mode does."""
+    loss_fn = nn.SoftmaxLoss()
+    (x, y), = _batches((1, 8, 8), 1, 16)
+    probe = _conv_net(7)
+    graph = kiln.compile(lambda x, y: loss_fn(probe(x), y)).graph(nn.Tensor(x), nn.Tensor(y))
+    convs = [n for n in graph.nodes if n.op.name == "conv2d"]
+    assert [[op.name for op, _, _ in n.epilogue] for n in convs] == [["add", "relu"]]
+    a, b = _conv_net(7), _conv_net(7)
+    opt_a, opt_b = nn.optim.SGD(a.parameters(), lr=0.1), nn.optim.SGD(b.parameters(), lr=0.1)
+    step = kiln.compile(lambda x, y: loss_fn(a(x), y), opt_a)
+    for x, y in _batches((1, 8, 8), 5, 16, seed=1):
+        got = float(step(nn.Tensor(x), nn.Tensor(y)).numpy())
+        assert got == pytest.approx(_eager_step(b, opt_b, loss_fn, x, y), rel=1e-5, abs=1e-6)
+    assert _state_gap(a, b) < 1e-5
