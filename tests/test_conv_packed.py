@@ -238,3 +238,26 @@ def test_task_rows_default_groups_the_rows_of_a_small_map_only():
     want = max(d for d in range(1, 57) if 56 % d == 0 and d * row_macs <= PADDED_TASK_MACS
                and blocks * 56 // d >= TASKS_PER_IMAGE)
     assert 1 < padded["task_rows"] == want  # 14 rows of 32 channels (AVX-512), 28 of 16 (AVX2)
+
+
+@pytest.mark.parametrize("op, shapes, attrs", [
+    ("conv2d", [(1, 256, 7, 7), (256, 256, 3, 3)], {"padding": 1}),  # 8 or more blocks of a whole map
+    ("conv2d_backward_data", [(1, 256, 7, 7), (256, 256, 3, 3)], {"in_size": 7, "padding": 1}),
+])
+def test_pack_at_copies_each_tasks_weight_block_inside_the_task(op, shapes, attrs):
+    """With one task per channel block (one image, whole-map tasks) each task
+    copies its own block of the packed weight, which stays in its core's
+    cache; with more images a block would be copied once per image, so the
+    copy stays a stage of its own. Both compute the same."""
+    rng = np.random.default_rng(0)
+    arrays = [rng.standard_normal(s).astype("float32") for s in shapes]
+    spec = kiln.te.get_op(op)
+    want = spec.reference(*arrays, **spec.parse_attrs(attrs))
+    default = kiln.build(op, shapes, attrs=attrs)
+    assert default.resolved_config()["pack_at"] == 1
+    assert default.script().count("T.parallel") == 1  # the tasks alone: no parallel copy before them
+    for pack_at in (0, 1):
+        kernel = kiln.build(op, shapes, attrs=attrs, config={"pack_at": pack_at})
+        np.testing.assert_allclose(kernel(*arrays), want, rtol=1e-4, atol=1e-4, err_msg=f"pack_at={pack_at}")
+    batched = kiln.build(op, [(4, *shapes[0][1:]), shapes[1]], attrs=attrs).resolved_config()
+    assert batched["pack_at"] == 0
