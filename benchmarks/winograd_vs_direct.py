@@ -18,7 +18,7 @@ import numpy as np
 import kiln
 from kiln.bench.timing import compare, kernel_sampler
 from kiln.graph.prepack import winograd_tile
-from kiln.schedules.cpu.conv2d import packed_channels
+from kiln.schedules.cpu.conv2d_defaults import packed_channels
 from kiln.te import get_op
 from kiln.te.layout import blocked_array
 from kiln.te.winograd import TRANSFORMS

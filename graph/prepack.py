@@ -19,7 +19,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from ..schedules.cpu.conv2d import packed_channels
+from ..schedules.cpu.conv2d_defaults import packed_channels
 from ..schedules.cpu.matmul import panel_width
 from ..te import get_op
 from ..te.layout import blocks

@@ -15,7 +15,7 @@ Inference with a constant weight (NCHW): ``pack_conv2d_weight`` copies w
 layout the CPU template reads (zeros past channel O), and ``conv2d_packed``
 takes x (N, I, H, W) and those blocks -> (N, O, OH, OW) with ``O`` the attr
 ``out_channels``; its kernel has no pack stage. ``oc`` is the template's
-channel tile, ``kiln.schedules.cpu.conv2d.packed_channels``.
+channel tile, ``kiln.schedules.cpu.conv2d_defaults.packed_channels``.
 """
 from __future__ import annotations
 

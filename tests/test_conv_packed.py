@@ -8,7 +8,7 @@ import tvm
 import kiln
 from kiln.autotune import Space, Task
 from kiln.errors import AttrError, ShapeError
-from kiln.schedules.cpu.conv2d import packed_channels
+from kiln.schedules.cpu.conv2d_defaults import packed_channels
 from kiln.schedules.cuda import check
 from kiln.schedules.util import blocks
 from kiln.te import get_op, sym
@@ -188,13 +188,13 @@ def test_pad_at_default_counts_the_copies_of_each_padded_row(op, shapes, attrs, 
     """pad_at by default while the tasks copy each padded input row at most
     PAD_AT_COPIES times: an NCHW task pads every input channel for its block
     of output channels, so deep layers with many blocks pad once instead."""
-    from kiln.schedules.cpu.conv2d import PAD_AT_COPIES, _pad_copies
+    from kiln.schedules.cpu.conv2d_defaults import PAD_AT_COPIES, pad_copies
 
     kernel = kiln.build(op, shapes, attrs=attrs)
     config = kernel.resolved_config()
     channels = shapes[1][1] if op == "conv2d_backward_data" else shapes[1][0]
     parsed = kiln.te.get_op(op).parse_attrs(attrs)
-    copies = _pad_copies(parsed, -(-channels // config["tile_oc"]), config["task_rows"], 3)
+    copies = pad_copies(parsed, -(-channels // config["tile_oc"]), config["task_rows"], 3)
     assert (copies > PAD_AT_COPIES) == many and config["pad_at"] == int(not many), (copies, config)
 
 
@@ -225,7 +225,7 @@ def test_task_rows_default_groups_the_rows_of_a_small_map_only():
     a task takes rows up to PADDED_TASK_MACS while the image keeps
     TASKS_PER_IMAGE tasks, so each padded row is copied about once."""
     from kiln.runtime.lower import lower
-    from kiln.schedules.cpu.conv2d import PADDED_TASK_MACS, TASK_MACS, TASKS_PER_IMAGE
+    from kiln.schedules.cpu.conv2d_defaults import PADDED_TASK_MACS, TASK_MACS, TASKS_PER_IMAGE
     small = kiln.build("conv2d", [(sym("n"), 16, 8, 8), (32, 16, 3, 3)], attrs={"padding": 1})
     config = small.resolved_config()
     row_macs = 8 * config["tile_oc"] * 16 * 3 * 3  # one output row of one channel tile

@@ -139,13 +139,13 @@ def test_weight_gradient_tiles_fill_the_registers(shapes, stride, whole_kernel):
     registers a conv tile may use (on AVX2 by spanning two channels' rows
     of three taps), except where each tile streams gy from beyond L2: there
     one vector by nine keeps the bytes of gy per multiply-add lowest."""
-    from kiln.schedules.cpu.conv2d import _budget
+    from kiln.schedules.cpu.conv2d_defaults import register_budget
 
     kernel = kiln.build("conv2d_backward_weight", shapes, attrs={"kernel": 3, "padding": 1, "stride": stride})
     config, lanes = kernel.resolved_config(), kiln.cpu().lanes("float32")
     vectors = config["tile_o"] // lanes
     rows = config["tile_c"] * config["tile_k"]
-    assert rows <= _budget(lanes)(vectors) and rows * vectors >= 9
+    assert rows <= register_budget(lanes)(vectors) and rows * vectors >= 9
     if whole_kernel:
         assert (vectors, config["tile_k"]) == (1, 9)
     else:

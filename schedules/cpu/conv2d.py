@@ -21,7 +21,7 @@ FMAs for ``tile_ow + tile_oc / lanes`` loads.
               56-wide map on AVX2, 7 x 8 for a 14-wide one. A strided
               ``conv2d_backward_data``'s tile is a multiple of the stride
               wide (14 x 8 for a 14-wide map) and may use every register on
-              AVX2 (see ``_budget``).
+              AVX2 (see ``conv2d_defaults.register_budget``).
 ``unroll_kw`` 1 to unroll the kernel-column loop.
 ``unroll_phase`` a strided ``conv2d_backward_data`` only: 1 to split each
               task's rows into whole cycles of the row phases and unroll the
@@ -97,166 +97,13 @@ only the dims that varied symbolic, which for a layer is its batch.
 """
 from __future__ import annotations
 
-from ...errors import AttrError
 from ...te.shapes import static
-from ...te.workload import Workload
 from ..config import Config
 from ..dispatch import NOT_APPLICABLE, NotApplicable, register_template
 from ..generic import schedule_injective
-from ..util import const_int, divisors, extent, find_block, work
-
-
-def _default_tiles(channels: int | None, width: int | None, lanes: int, budget, step: int = 1) -> tuple[int, int]:
-    """(tile_oc, tile_ow): the register tile with the most accumulators within
-    ``budget(vectors)`` whose width divides the output width (a tail tile
-    would be predicated inside the micro-kernel); two channel vectors
-    preferred, as they halve the broadcasts per FMA. With a ``step`` (a
-    strided data gradient's tiles, a multiple of the stride wide): on AVX2,
-    of the tiles with enough accumulators to hide the FMA latency, the one
-    with the fewest loads per FMA (2 vectors x 4 columns at 56 and 28 wide
-    ran 1.1-1.2x one vector x 14, and one vector x 14 at 14 wide 1.6x two
-    vectors x 2); on AVX-512, the most accumulators, as for a conv, within
-    its smaller budget."""
-    if channels is not None and channels < lanes:  # the conv's budget (3 x 14 ran at half 3 x 8's rate)
-        return channels, _divisor_tile(width, _budget(lanes)(1), step)
-    tiles = [(vectors, _divisor_tile(width, budget(vectors), step)) for vectors in (2, 1)
-             if channels is None or channels % (vectors * lanes) == 0]
-    if not tiles:
-        return lanes, _divisor_tile(width, budget(1), step)
-
-    def merit(tile):
-        vectors, ow = tile
-        if step == 1 or lanes >= 16:
-            return vectors * ow, vectors
-        return vectors * ow >= LATENCY_ACCUMULATORS, -(vectors + ow) / (vectors * ow), vectors * ow
-
-    vectors, ow = max(tiles, key=merit)
-    return vectors * lanes, ow
-
-
-#: accumulators that keep both FMA pipes busy through the FMA latency (2 x 4 cycles)
-LATENCY_ACCUMULATORS = 8
-
-#: a strided data gradient's accumulators on AVX-512: ResNet-18's stride-2 layers (znver4,
-#: interleaved, batch 1 / 8) ran one vector x 14 columns at 182 / 206 GFLOPS on a 28-wide map
-#: where two vectors x 14 (28 accumulators, every register) ran 150 / 174 and two x 4 145 / 168;
-#: 141 / 184 vs 122 / 152 on a 14-wide map; on a 56-wide map two x 8 and one x 14 tie (190)
-PHASED_WIDE_ACCUMULATORS = 16
-
-
-def _divisor_tile(width: int | None, limit: int, step: int = 1) -> int:
-    """The widest tile up to ``limit`` that divides ``width``, a multiple of
-    ``step`` if one is."""
-    limit = max(1, limit)
-    if width is None:
-        return min(8, limit)
-    fits = [d for d in range(1, min(width, limit) + 1) if width % d == 0]
-    return max([d for d in fits if d % step == 0] or fits)
-
-
-#: multiply-adds a task's rows may add up to by default (``task_rows``): enough
-#: to amortize a task's fixed cost, small enough to leave every thread tasks
-TASK_MACS = 1 << 18
-
-
-def _task_row_choices(height: int | None, stride: int) -> tuple:
-    """``task_rows``' values: the divisors of the output height; for a
-    strided ``conv2d_backward_data`` whose height the stride divides, only
-    whole cycles of its phases. A task then starts on phase 0 and a row's
-    phase is its offset in the task: with one row per task, the phase
-    ``(y + padding) % stride`` of a row taken from the fused parallel loop
-    was flattened by TVM 0.27 into an index that read the wrong channel
-    block's sub-kernel on a map's last row at batch 2 and above."""
-    rows = divisors(height)
-    whole = tuple(d for d in rows if d % stride == 0)
-    return whole if height and height % stride == 0 else rows
-
-
-#: the same for a strided data gradient, measured on ResNet-18's stride-2 layers (AVX2, batch 8): tasks of
-#: 14 rows (6.4M multiply-adds) ran 1.15-1.3x tasks of 2 on all three (68-76 -> 86-89 GFLOPS)
-PHASED_TASK_MACS = 1 << 23
-
-
-#: a padded conv's tasks may grow to this many multiply-adds while an image still splits into
-#: ``TASKS_PER_IMAGE`` tasks: a task of one row pads the kernel's rows (3 for a 3x3) to advance one,
-#: a task of many rows pads each row about once. ResNet-18's padded layers on znver4 (AVX-512, 2 cores,
-#: interleaved against tasks of one row): batch 8 1.03-1.07x (3x3 stride 1, forward and data gradient;
-#: 1.02-1.03 stride 2; 1.05 the 7x7 stem), batch 1 1.01-1.05x; 512x7x7 0.97-1.03 (noise). A 1x1 conv
-#: (nothing to pad) keeps ``TASK_MACS``: 28 rows ran at 0.93-0.96x 4
-PADDED_TASK_MACS = 1 << 24
-
-#: tasks an image of a padded conv keeps at least (channel blocks x row blocks), so one image still
-#: spreads over the threads
-TASKS_PER_IMAGE = 8
-
-
-def _default_task_rows(rows: tuple, row_macs: int, limit: int = TASK_MACS, blocks: int | None = None) -> int:
-    """The most rows up to ``limit`` multiply-adds, else the fewest; with
-    ``blocks`` (a padded conv's channel blocks per image), more rows up to
-    ``PADDED_TASK_MACS`` while ``TASKS_PER_IMAGE`` tasks remain."""
-    fit = [d for d in rows if d * row_macs <= limit]
-    base = max(fit) if fit else min(rows)
-    if blocks is None:
-        return base
-    height = max(rows)
-    wide = [d for d in rows if d * row_macs <= PADDED_TASK_MACS and blocks * (height // d) >= TASKS_PER_IMAGE]
-    return max([base, *wide])
-
-
-#: ``pad_at``'s default: 1 while the tasks copy each padded input row at most this many times in all
-PAD_AT_COPIES = 32
-
-
-def _pad_copies(attrs, blocks: int, task_rows: int, kernel_rows: int | None) -> float:
-    """How many times ``pad_at``'s tasks copy each padded input row: once per
-    channel block (NCHW: a task is one block's rows, and pads every input
-    channel), times the rows a task reads over the rows it advances by (the
-    kernel's rows overlap the next task's)."""
-    step = attrs.get("stride", (1, 1))[0] if "in_size" not in attrs else 1  # a data gradient's placed grid: 1
-    span = ((kernel_rows or 1) - 1) * attrs.get("dilation", (1, 1))[0] + 1
-    return blocks * (task_rows * step + max(span - step, 0)) / (task_rows * step)
-
-
-def _budget(lanes: int, phased: bool = False):
-    """Output columns a tile of ``vectors`` channel vectors may have: for a
-    conv, 24 (AVX-512) or 12 (AVX2) accumulators in all, most of the 32 or
-    16 vector registers, the rest left for the weight vectors and a
-    broadcast. For a strided ``conv2d_backward_data`` on AVX2, every register
-    but the weight vectors and a broadcast (its tiles are narrow: on a 14-wide
-    map, one vector by 14 columns ran at 1.4x one vector by 7, whose columns
-    alternate phases); on AVX-512, ``PHASED_WIDE_ACCUMULATORS``."""
-    if phased:
-        if lanes >= 16:
-            return lambda vectors: PHASED_WIDE_ACCUMULATORS // vectors
-        return lambda vectors: (16 - vectors - 1) // vectors
-    total = 24 if lanes >= 16 else 12
-    return lambda vectors: total // vectors
-
-
-def packed_channels(workload: Workload, target) -> int:
-    """The block width ``oc`` to pack a constant conv2d weight with.
-
-    Parameters
-    ----------
-    workload : Workload
-        An NCHW ``conv2d`` (``kiln.te.get_op("conv2d").check(...)``).
-    target : Target
-        Where the packed kernel will run (``kiln.cpu()``).
-
-    Returns
-    -------
-    int
-        The ``tile_oc`` this template chooses by default for ``workload``:
-        ``pack_conv2d_weight(w, oc=...)`` then feeds ``conv2d_packed`` the
-        register tile ``conv2d`` would have packed on every call.
-    """
-    if workload.op.name != "conv2d" or workload.attrs["layout"] != "NCHW":
-        raise AttrError(f"got {workload.op.name} with {workload.attrs.get('layout')}, expected an NCHW conv2d "
-                        "(only OIHW weights are packed)", op=workload.op.name, arg="layout")
-    _, channels, _, width = (static(d) for d in workload.out_shapes[0])
-    lanes = target.lanes(workload.out_dtypes[0])
-    known = [d if isinstance(d, int) else None for d in (channels, width)]
-    return _default_tiles(*known, lanes, _budget(lanes))[0]
+from ..util import const_int, extent, find_block, work
+from .conv2d_defaults import (PAD_AT_COPIES, PHASED_TASK_MACS, default_task_rows, default_tiles, divisor_tile,
+                              pad_copies, register_budget, task_row_choices)
 
 
 @register_template("cpu", ops=("conv2d", "conv2d_packed", "conv2d_backward_data"))
@@ -277,11 +124,11 @@ def schedule_conv2d(sch, block, cfg: Config) -> NotApplicable | None:
     z_ext = const_int(extent(sch, z))
     if o_ext is None or z_ext is None:
         return NOT_APPLICABLE
-    budget = _budget(lanes, phased=taps is not None)
+    budget = register_budget(lanes, phased=taps is not None)
     # a strided data gradient: a tile as wide as a multiple of the stride, so each column's phase (its
     # sub-kernel and its missing taps) is a constant of the unrolled micro-kernel, not computed per column
     phase_h, step = cfg.workload.attrs["stride"] if taps is not None else (1, 1)
-    oc_default, ow_default = _default_tiles(o_ext, z_ext, lanes, budget, step)
+    oc_default, ow_default = default_tiles(o_ext, z_ext, lanes, budget, step)
     if packed:
         tile_oc = static(cfg.workload.shapes[1][4])
     else:
@@ -289,24 +136,24 @@ def schedule_conv2d(sch, block, cfg: Config) -> NotApplicable | None:
         whole = [t for t in widths if o_ext % t == 0]
         tile_oc = cfg.define_knob("tile_oc", tuple(whole or widths), default=oc_default)
     vectors = max(1, -(-tile_oc // lanes))
-    ow_fit = _divisor_tile(z_ext, budget(vectors), step) if tile_oc != oc_default else ow_default
+    ow_fit = divisor_tile(z_ext, budget(vectors), step) if tile_oc != oc_default else ow_default
     tile_ow = cfg.define_knob("tile_ow", tuple(range(1, 17)), default=ow_fit)
     unroll_kw = cfg.define_knob("unroll_kw", (0, 1), default=1)
     h_ext = const_int(extent(sch, y))
     row_macs = z_ext * tile_oc * (work(sch, (r1, r2, r3)) or 1)
-    rows = _task_row_choices(h_ext, phase_h)
+    rows = task_row_choices(h_ext, phase_h)
     pad = find_block(sch, "_pad")
     blocks = -(-o_ext // tile_oc) if nchw else 1  # channel blocks per image, each its own tasks
     if taps is not None:
-        row_default = _default_task_rows(rows, row_macs, PHASED_TASK_MACS)
+        row_default = default_task_rows(rows, row_macs, PHASED_TASK_MACS)
     else:
-        row_default = _default_task_rows(rows, row_macs, blocks=blocks if pad is not None and h_ext else None)
+        row_default = default_task_rows(rows, row_macs, blocks=blocks if pad is not None and h_ext else None)
     task_rows = cfg.define_knob("task_rows", rows, default=row_default)
     pack_w = not packed and taps is None and cfg.define_knob("pack_w", (0, 1), default=int(nchw)) and nchw
     once = const_int(extent(sch, n)) == 1 and task_rows == h_ext  # one task per channel block
     par = cfg.define_knob("parallel", (0, 1), default=1)
     pad_at = pad is not None and cfg.define_knob("pad_at", (0, 1), default=int(
-        taps is not None or _pad_copies(cfg.workload.attrs, blocks, task_rows,
+        taps is not None or pad_copies(cfg.workload.attrs, blocks, task_rows,
                                         const_int(extent(sch, r2 if nchw else r1))) <= PAD_AT_COPIES))
 
     if pack_w:

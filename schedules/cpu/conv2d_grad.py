@@ -72,7 +72,7 @@ from ..config import Config
 from ..dispatch import NOT_APPLICABLE, NotApplicable, register_template
 from ..generic import schedule_injective
 from ..util import blocks, const_int, divisors, extent, find_block
-from .conv2d import LATENCY_ACCUMULATORS, _budget
+from .conv2d_defaults import LATENCY_ACCUMULATORS, register_budget
 
 
 #: bytes of ``gyt`` a reduction slice may read (within a core's L2)
@@ -107,7 +107,7 @@ def schedule_conv2d_backward_weight(sch, block, cfg: Config) -> NotApplicable | 
     def slices(limit: int) -> int:  # the fewest slices of at most ``limit`` bytes of gy
         return next((d for d in chunk_options if gy_bytes // d <= limit), chunk_options[-1]) if small_out else 1
 
-    budget = _budget(lanes)
+    budget = register_budget(lanes)
     taps = sorted(set(divisors(kw)) | {kw * m for m in divisors(kh)})  # blocks of (i, j) space
     # channels per tile: as many as one vector's accumulators allow (each channel takes a row or more)
     channel_options = tuple(d for d in divisors(c_ext) if d <= budget(1))

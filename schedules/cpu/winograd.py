@@ -13,7 +13,7 @@ input channel, as the direct conv's micro-kernel), and the output transform
 epilogue joins its write-back).
 
 ``tile_p``    tiles per register tile: a divisor of the tiles, the most
-              within the direct conv's accumulator budget (``conv2d._budget``).
+              within the direct conv's accumulator budget (``conv2d_defaults.register_budget``).
               16 -> 32 channels on an 8x8 map, 64 images (znver4, AVX-512,
               one task per image, transforms unfused): 8 tiles x 2 vectors 118
               us, 4 x 2 129, 16 x 2 124; the direct ``conv2d_packed`` 175;
@@ -33,7 +33,7 @@ from ..config import Config
 from ..dispatch import register_template
 from ..util import const_int, divisors, extent, find_block
 from ...te.winograd import output_tile
-from .conv2d import _budget
+from .conv2d_defaults import register_budget
 
 
 #: ``fuse_transforms``' default for each output tile. F(2x2): 16 -> 32
@@ -56,7 +56,7 @@ def schedule_winograd(sch, block, cfg: Config) -> None:
     gemm = sch.get_sblock(name + "_gemm")
     tiles = const_int(extent(sch, sch.get_loops(gemm)[4]))
     choices = divisors(tiles)
-    fit = [d for d in choices if d <= _budget(lanes)(vectors)]
+    fit = [d for d in choices if d <= register_budget(lanes)(vectors)]
     tile_p = cfg.define_knob("tile_p", choices, default=max(fit or [1]))
     par = cfg.define_knob("parallel", (0, 1), default=1)
     fused = cfg.define_knob("fuse_transforms", (0, 1), default=FUSE_TRANSFORMS[step])
