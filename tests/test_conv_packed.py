@@ -226,11 +226,14 @@ def test_task_rows_default_groups_the_rows_of_a_small_map_only():
     TASKS_PER_IMAGE tasks, so each padded row is copied about once."""
     from kiln.runtime.lower import lower
     from kiln.schedules.cpu.conv2d_defaults import PADDED_TASK_MACS, TASK_MACS, TASKS_PER_IMAGE
-    small = kiln.build("conv2d", [(sym("n"), 16, 8, 8), (32, 16, 3, 3)], attrs={"padding": 1})
+    small = kiln.build("conv2d", [(sym("n"), 16, 10, 10), (32, 16, 3, 3)])  # an 8x8 map, no padding
     config = small.resolved_config()
     row_macs = 8 * config["tile_oc"] * 16 * 3 * 3  # one output row of one channel tile
     want = max(d for d in (1, 2, 4, 8) if d * row_macs <= TASK_MACS)  # 4 rows of 32 channels, 8 of 16
     assert 1 < config["task_rows"] == want
+    # padded, the map is small enough to leave the padding's products out: a task is the whole map
+    padded_small = kiln.build("conv2d", [(sym("n"), 16, 8, 8), (32, 16, 3, 3)], attrs={"padding": 1})
+    assert padded_small.resolved_config()["task_rows"] == 8
     unpadded = lower(CONV.check([(1, 64, 56, 56), (64, 64, 3, 3)]), kiln.cpu(), {}).cfg.resolved()
     assert unpadded["task_rows"] == 1  # 54 rows: one is 1M multiply-adds
     padded = lower(CONV.check([(1, 64, 56, 56), (64, 64, 3, 3)], attrs={"padding": 1}), kiln.cpu(), {}).cfg.resolved()
@@ -261,3 +264,41 @@ def test_pack_at_copies_each_tasks_weight_block_inside_the_task(op, shapes, attr
         np.testing.assert_allclose(kernel(*arrays), want, rtol=1e-4, atol=1e-4, err_msg=f"pack_at={pack_at}")
     batched = kiln.build(op, [(4, *shapes[0][1:]), shapes[1]], attrs=attrs).resolved_config()
     assert batched["pack_at"] == 0
+
+
+def test_a_small_padded_map_leaves_the_padding_products_out_of_the_code():
+    """A 7x7 map with a 3x3 kernel and padding 1: of the 7 x 7 x 9 products
+    per channel tile, those whose input lies in the padding are not in the
+    unrolled micro-kernel: (5 x 3 + 2 x 2)^2 = 361 vector FMAs, not 441."""
+    import re
+
+    kernel = kiln.build("conv2d", [(1, 64, 7, 7), (64, 64, 3, 3)], attrs={"padding": 1})
+    assert kernel.resolved_config()["unroll_map"] == 1
+    assert len(re.findall(r"call <\d+ x float> @llvm\.fmuladd", kernel.source())) == 19 * 19
+
+
+@pytest.mark.parametrize("x_shape, w_shape, attrs", [
+    ((3, 16, 7, 7), (32, 16, 3, 3), {"padding": 1}),
+    ((2, 8, 14, 14), (16, 8, 3, 3), {"padding": 1, "stride": 2}),
+    ((1, 8, 12, 12), (32, 8, 3, 3), {"padding": 2, "dilation": 2}),
+    ((2, 3, 16, 16), (16, 3, 5, 5), {"padding": 2}),
+])
+@pytest.mark.parametrize("unroll_map", [0, 1])
+def test_leaving_the_padding_products_out_computes_the_same(x_shape, w_shape, attrs, unroll_map):
+    _matches_reference(x_shape, w_shape, attrs, {"unroll_map": unroll_map})
+
+
+def test_a_predicated_channel_tile_keeps_the_tests_in_the_loop():
+    """20 channels in tiles of 16 (8 on AVX2): unrolled, the tests of the
+    predicated tile took LLVM minutes; by default they stay in the loop."""
+    kernel = _matches_reference((2, 8, 9, 11), (20, 8, 3, 3), {"padding": (1, 2)}, {})
+    assert kernel.resolved_config()["unroll_map"] == 0
+
+
+def _matches_reference(x_shape, w_shape, attrs, config):
+    rng = np.random.default_rng(1)
+    x, w = rng.standard_normal(x_shape).astype("float32"), rng.standard_normal(w_shape).astype("float32")
+    want = CONV.reference(x, w, **CONV.parse_attrs(attrs))
+    kernel = kiln.build("conv2d", [x_shape, w_shape], attrs=attrs, config=config)
+    np.testing.assert_allclose(kernel(x, w), want, rtol=1e-4, atol=1e-4)
+    return kernel

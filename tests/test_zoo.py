@@ -63,9 +63,10 @@ def test_exported_resnet_folds_its_batchnorms_fuses_its_adds_and_matches_its_eva
     graph = optimize(trace(model, np.zeros((1,) + IMAGE, "float32")))
     # 6 convs (stem, 2 per block, the projection; the 3x3 stride-1 ones past the stem as Winograd), pooling,
     # the classifier: no elementwise kernel left; the convs hand each other channel blocks, converted back to
-    # NCHW once, after the pooling (graph.layout)
+    # NCHW once, after the pooling (graph.layout). A conv fused with its residual add takes the add's place:
+    # the second block's projection comes before the conv its output is added to
     packed, winograd = "conv2d_packed", "conv2d_winograd"
-    assert [n.op.name for n in graph.nodes] == [packed, winograd, winograd, packed, winograd, packed,
+    assert [n.op.name for n in graph.nodes] == [packed, winograd, winograd, packed, packed, winograd,
                                                 "global_avg_pool2d", "from_blocked", "reshape", "dense_packed"]
     epilogues = [(op.name, others) for n in graph.nodes for op, _, others in n.epilogue]
     assert {name for name, _ in epilogues} == {"add", "relu"}  # BatchNorm's subtract and multiply: folded
