@@ -33,6 +33,11 @@ def _absorbable(graph: Graph, node: Node) -> Node | None:
         if user.op.name not in COMMUTATIVE or user.inputs[1] is not out:
             return None
         user.inputs = [user.inputs[1], user.inputs[0]]
+    reads = {id(v) for v in node.operands()}
+    between = graph.nodes[graph.nodes.index(node) + 1:graph.nodes.index(user)]
+    if any(m.inplace and any(id(m.inputs[m.op.inplace[k]]) in reads for k in range(len(m.outputs)))
+           for m in between):
+        return None  # moved to the consumer's place, the producer would read what an update overwrote
     return user
 
 

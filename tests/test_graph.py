@@ -252,3 +252,24 @@ def test_the_kernels_reading_the_input_are_found_through_views_and_repeats():
     assert params == [0, 3]  # x, the folded weight and bias, x again (the residual), then the output
     relaxed = unaligned(mod[kernel], params)
     assert [p.data_alignment for p in relaxed.params] == [4, 64, 64, 4, 64]
+
+
+@pytest.mark.parametrize("update_between", [False, True])
+def test_a_producer_is_not_moved_past_an_update_of_what_it_reads(update_between):
+    """A fused pair takes the consumer's place; where an in-place update
+    (an optimizer step) between the two overwrites an input the producer
+    reads, moving it would read the new value: such a pair is not fused."""
+    from kiln.graph.ir import Graph, Value
+    from kiln.te import get_op
+
+    graph = Graph()
+    x, w, g, h = (Value((4, 8), "float32", name="x"), Value((4, 8), "float32", name="w"),
+                  Value((4, 8), "float32", name="g"), Value((2,), "float32", name="h"))
+    graph.inputs = [x, w, g, h]
+    product = graph.add(get_op("multiply"), {}, [x, w], [((4, 8), "float32")])
+    if update_between:
+        step = graph.add(get_op("sgd_step"), {}, [w, g, h], [((4, 8), "float32")])
+        step.inplace = True
+    relu = graph.add(get_op("relu"), {}, [product.outputs[0]], [((4, 8), "float32")])
+    graph.outputs = list(relu.outputs) + (list(step.outputs) if update_between else [])
+    assert fuse_epilogues(graph) == (0 if update_between else 1)
