@@ -302,3 +302,16 @@ def _matches_reference(x_shape, w_shape, attrs, config):
     kernel = kiln.build("conv2d", [x_shape, w_shape], attrs=attrs, config=config)
     np.testing.assert_allclose(kernel(x, w), want, rtol=1e-4, atol=1e-4)
     return kernel
+
+
+def test_an_infinite_weight_on_a_padded_tap_leaves_the_border_finite():
+    """The padding's products are left out, not multiplied by zero: an
+    infinite weight tap that only ever meets padding at a border output
+    leaves that output finite (numpy's zero-padded reference gives
+    0 x inf = NaN there), as oneDNN's kernels do."""
+    x = np.ones((1, 16, 7, 7), "float32")
+    w = np.zeros((16, 16, 3, 3), "float32")
+    w[:, :, 0, 0] = np.inf  # the top-left tap: padding for the first output row and column
+    got = kiln.build("conv2d", [x.shape, w.shape], attrs={"padding": 1})(x, w)
+    assert np.isfinite(got[:, :, 0, :]).all() and np.isfinite(got[:, :, :, 0]).all()
+    assert np.isinf(got[:, :, 1:, 1:]).all()  # where the tap reads the image

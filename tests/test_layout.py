@@ -62,8 +62,9 @@ def test_the_resnet_blocks_every_conv_and_its_residual_adds(images, tmp_path):
     convs = [n for n in graph.nodes if n.op.name in CONVS]
     assert len(convs) == 6 and all(n.attrs["out_block"] for n in convs)
     out_blocks = [int(n.inputs[1].shape[-1]) for n in convs]  # each weight's channel block (the ISA's choice)
-    # stem, block 1's two convs, block 2's first conv, second conv, 1x1 shortcut: each reads its producer's blocks
-    assert [n.attrs["in_block"] for n in convs] == [0] + [out_blocks[i] for i in (0, 1, 2, 3, 2)]
+    # stem, block 1's two convs, block 2's first conv, 1x1 shortcut, second conv (fused with the residual add,
+    # in the add's place): each reads its producer's blocks
+    assert [n.attrs["in_block"] for n in convs] == [0] + [out_blocks[i] for i in (0, 1, 2, 2, 3)]
     assert not [n for n in graph.nodes if n.op.name == "to_blocked"]  # the residuals are blocks already
     _matches(model, images, tmp_path)
 

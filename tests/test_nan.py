@@ -28,12 +28,19 @@ def _special_cases():
             and (c.op, c.attrs.get("dtype")) not in UNDEFINED]
 
 
-def with_specials(arrays, value, rng):
-    """Copies of ``arrays`` with ``value`` written at two random positions of each float array."""
+# a conv2d on a small map leaves out the products that read zero padding (te.conv.skips_padding), as
+# oneDNN's kernels do; numpy's reference multiplies them, so an infinite weight gives NaN at the border
+# there and not here (test_conv_packed checks the left-out products): only the image gets the specials
+SKIPS_PADDING = ("conv2d", "conv2d_packed")
+
+
+def with_specials(arrays, value, rng, first_only=False):
+    """Copies of ``arrays`` with ``value`` written at two random positions of
+    each float array (of the first only, with ``first_only``)."""
     out = []
-    for a in arrays:
+    for k, a in enumerate(arrays):
         a = np.array(a)
-        if a.dtype.kind == "f" and a.size:
+        if a.dtype.kind == "f" and a.size and not (first_only and k):
             flat = a.reshape(-1)
             flat[rng.choice(a.size, size=min(2, a.size), replace=False)] = value
         out.append(a)
@@ -49,7 +56,7 @@ def test_nan_and_inf_match_numpy(case):
     rng = np.random.default_rng(0)
     base = random_inputs(case, rng, dtypes)
     for name, value in SPECIALS.items():
-        arrays = with_specials(base, value, rng)
+        arrays = with_specials(base, value, rng, first_only=case.op in SKIPS_PADDING)
         got = as_list(kernel(*arrays))
         with np.errstate(all="ignore"):
             want = as_list(op.reference(*arrays, **attrs))
