@@ -31,7 +31,8 @@ from tvm import te, tirx
 
 from ..errors import AttrError, ShapeError
 from . import attrs as A
-from .conv import OUT_BLOCK, PADDING, _plain_input, check_rank4, output_channel_blocks, pad_spatial, window_out
+from .conv import OUT_BLOCK, PADDING, check_rank4, pad_spatial, window_out
+from .conv_packed import _plain_input, output_channel_blocks
 from .layout import blocked_array, blocks, plain_array
 from .registry import Op, register
 from .shapes import FLOATS, dtype_of, promote, same_dim, shape_str, size, static

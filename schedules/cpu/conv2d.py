@@ -26,8 +26,9 @@ FMAs for ``tile_ow + tile_oc / lanes`` loads.
 ``unroll_map`` a conv2d that leaves out its padded taps' products
               (``te.conv.skips_padding``: NCHW maps of at most 16 x 16):
               1 (default, unless the last channel tile is predicated) to
-              unroll a task's rows, its column tiles and the kernel rows, so which products read padding is a constant of
-              each and they are left out of the code; a task's rows are then
+              unroll a task's rows, its column tiles and the kernel rows, so
+              which products read padding is a constant of each and they are
+              left out of the code; a task's rows are then
               the whole map by default, and a tile as wide as the map where
               the registers allow (one vector x 14 on a 14-wide AVX-512
               map). ResNet-18's 7x7 and 14x14 layers (znver4, interleaved
@@ -143,7 +144,7 @@ def schedule_conv2d(sch, block, cfg: Config) -> NotApplicable | None:
     phase_h, step = cfg.workload.attrs["stride"] if taps is not None else (1, 1)
     oc_default, ow_default = default_tiles(o_ext, z_ext, lanes, budget, step)
     wl = cfg.workload
-    skip = wl.op.name != "conv2d_backward_data" and skips_padding(  # padded taps left out: unroll the map
+    skip = not transposed and skips_padding(  # the padded taps' products left out: unroll the map
         wl.attrs.get("layout", "NCHW"), wl.shapes[0], wl.out_shapes[0], wl.attrs["padding"])
     if skip and ow_default != z_ext and budget(1) >= z_ext and o_ext % lanes == 0:
         oc_default, ow_default = lanes, z_ext  # a tile as wide as the map: one copy of the kernel per row
@@ -162,11 +163,13 @@ def schedule_conv2d(sch, block, cfg: Config) -> NotApplicable | None:
     rows = task_row_choices(h_ext, phase_h)
     pad = find_block(sch, "_pad")
     blocks = -(-o_ext // tile_oc) if nchw else 1  # channel blocks per image, each its own tasks
-    if taps is not None:
+    if skip:  # the map unrolled whole
+        row_default = h_ext
+    elif taps is not None:
         row_default = default_task_rows(rows, row_macs, PHASED_TASK_MACS)
     else:
         row_default = default_task_rows(rows, row_macs, blocks=blocks if pad is not None and h_ext else None)
-    task_rows = cfg.define_knob("task_rows", rows, default=h_ext if skip else row_default)
+    task_rows = cfg.define_knob("task_rows", rows, default=row_default)
     pack_w = not packed and taps is None and cfg.define_knob("pack_w", (0, 1), default=int(nchw)) and nchw
     once = const_int(extent(sch, n)) == 1 and task_rows == h_ext  # one task per channel block
     par = cfg.define_knob("parallel", (0, 1), default=1)
@@ -261,14 +264,24 @@ def _schedule_pack_at(sch, pack, task, tile_oc: int, lanes: int, transposed: boo
     if transposed:  # IOHW: the block's channel is the second dim
         rest, oc = [oc, *rest[1:]], rest[0]
         sch.reorder(*rest, oc)
+    _tiled_transpose(sch, oc, rest, tile_oc, lanes)
+
+
+def _tiled_transpose(sch, oc, rest: list, tile_oc: int, lanes: int):
+    """Copy one block's ``tile_oc`` channels (loop ``oc``) over the source's
+    other dims (loops ``rest``, consecutive) as a tiled transpose: ``lanes``
+    consecutive source elements of one vector's channels at a time, written
+    a channel vector at a time (see ``_schedule_pack``). Returns the loop
+    over the tiles of ``rest``."""
     ko, ki = sch.split(sch.fuse(*rest), [None, lanes])
-    if tile_oc % lanes == 0:
+    if tile_oc > lanes and tile_oc % lanes == 0:  # one vector's channels at a time
         oo, oi = sch.split(oc, [None, lanes])
         sch.reorder(ko, oo, ki, oi)
     else:
         oi = oc
         sch.reorder(ko, ki, oi)
     sch.vectorize(oi)
+    return ko
 
 
 def _schedule_pack(sch, pack, tile_oc: int, lanes: int, transposed: bool) -> None:
@@ -301,14 +314,8 @@ def _schedule_pack(sch, pack, tile_oc: int, lanes: int, transposed: bool) -> Non
         ob, oi = sch.split(o, [None, tile_oc])
         sch.reorder(i, ob, kh, kw, oi)
         sch.parallel(sch.fuse(i, ob))
+        sch.vectorize(oi)
     else:
         o, i, kh, kw = loops
         ob, oi = sch.split(o, [None, tile_oc])
-        ko, ki = sch.split(sch.fuse(i, kh, kw), [None, lanes])
-        if tile_oc > lanes and tile_oc % lanes == 0:  # one vector's channels at a time
-            oo, oi = sch.split(oi, [None, lanes])
-            sch.reorder(ob, ko, oo, ki, oi)
-        else:
-            sch.reorder(ob, ko, ki, oi)
-        sch.parallel(sch.fuse(ob, ko))
-    sch.vectorize(oi)
+        sch.parallel(sch.fuse(ob, _tiled_transpose(sch, oi, [i, kh, kw], tile_oc, lanes)))
