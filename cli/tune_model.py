@@ -57,6 +57,7 @@ def load_model(name: str):
 def run(args) -> int:
     from ..autotune import LocalRunner, apply_records
     from ..autotune.model import model_times, tune_model
+    from ..bench.machine import fma_peak
 
     if args.op is not None or args.shape is not None:
         raise AttrError("got an op with --model, expected one or the other", op="tune", arg="--model")
@@ -81,7 +82,7 @@ def run(args) -> int:
         apply_records(args.records)  # the tuned model is built from them (kiln's default file is always read)
     print("measuring the model untuned and tuned...", file=sys.stderr, flush=True)
     times = model_times(model, example, training=args.training, target=args.target)
-    summary = _summary(args, plan, times)
+    summary = _summary(args, plan, times, fma_peak(args.target))
     print(json.dumps(summary) if args.json else _table(summary))
     return 0
 
@@ -101,27 +102,40 @@ def _clock(seconds: float) -> str:
     return f"{m}:{s:02d}"
 
 
-def _summary(args, plan, times: dict) -> dict:
+def _summary(args, plan, times: dict, peak_gflops: float) -> dict:
     tasks = [{"task": s.model_task.name, "calls": s.calls, "trials": s.trials, "stopped": s.stopped or None,
               "confirmed": s.confirmed,
               "default_ms": s.default_s * 1e3 if s.default_s < math.inf else None,
-              "best_ms": s.best_s * 1e3 if s.best_s < math.inf else None} for s in plan.states]
+              "best_ms": s.best_s * 1e3 if s.best_s < math.inf else None,
+              "peak_ms": peak_ms(s.model_task.task.workload, peak_gflops)} for s in plan.states]
     return {"model": args.model, "batch": args.batch_size, "training": args.training, "trials": plan.trials,
+            "fma_peak_gflops": peak_gflops,
             "measured_now": plan.measured, "rounds": plan.rounds, "elapsed_s": round(plan.elapsed, 1),
             "estimate_untuned_ms": plan.estimate_s(True) * 1e3, "estimate_tuned_ms": plan.estimate_s() * 1e3,
             "untuned_ms": times["untuned_s"] * 1e3, "tuned_ms": times["tuned_s"] * 1e3,
             "speedup": times["untuned_s"] / times["tuned_s"], "tasks": tasks}
 
 
+def peak_ms(workload, peak_gflops: float) -> float | None:
+    """The op's arithmetic at the FMA peak, in ms: how fast its kernel could
+    be (a Winograd conv counts the direct conv's products, so it can beat
+    it); None for an op without arithmetic to speak of (memory-bound)."""
+    flops = workload.op.flops([tuple(s) for s in workload.shapes], **workload.attrs)
+    return 1e3 * flops / (peak_gflops * 1e9) if flops > 0 and peak_gflops > 0 else None
+
+
 def _table(s: dict) -> str:
     width = max(len("task"), *(len(t["task"]) for t in s["tasks"]))
     lines = [f"{s['model']} ({'training step' if s['training'] else 'inference'}, batch {s['batch']}): "
              f"{s['trials']} trials ({s['measured_now']} measured now) in {s['elapsed_s']:.0f} s",
-             f"  {'task':<{width}}  calls  trials  default ms    best ms"]
+             f"  {'task':<{width}}  calls  trials  default ms    best ms  at peak ms  of peak"]
     for t in s["tasks"]:
-        shown = [f"{t[k]:10.4f}" if t[k] is not None else f"{'-':>10}" for k in ("default_ms", "best_ms")]
-        lines.append(f"  {t['task']:<{width}}  {t['calls']:>5}  {t['trials']:>6}  {shown[0]} {shown[1]}"
-                     f"{'  confirmed' if t['confirmed'] else ''}")
+        shown = [f"{t[k]:10.4f}" if t[k] is not None else f"{'-':>10}" for k in ("default_ms", "best_ms", "peak_ms")]
+        share = f"{t['peak_ms'] / t['best_ms']:>7.0%}" if t["peak_ms"] and t["best_ms"] else f"{'-':>7}"
+        lines.append(f"  {t['task']:<{width}}  {t['calls']:>5}  {t['trials']:>6}  {shown[0]} {shown[1]} {shown[2]}  "
+                     f"{share}{'  confirmed' if t['confirmed'] else ''}")
+    lines.append(f"  at peak ms: the op's arithmetic at the FMA peak ({s['fma_peak_gflops']:.0f} GFLOPS measured now); "
+                 "- for memory-bound ops")
     lines.append(f"  kernels (calls x time): {s['estimate_untuned_ms']:.4f} -> {s['estimate_tuned_ms']:.4f} ms")
     lines.append(f"  the model, measured:    {s['untuned_ms']:.4f} -> {s['tuned_ms']:.4f} ms "
                  f"({s['speedup']:.2f}x)")

@@ -249,3 +249,22 @@ def test_tuned_records_reach_the_export_and_the_compiled_step(tmp_path, monkeypa
     assert node_workload(kernel_nodes(static)[0]).key == first.task.workload.key
     with untuned():
         assert graph_key(static, target) != tuned_key  # a new record makes a new compiled step
+
+
+def test_the_model_tune_table_puts_each_task_beside_its_arithmetic_at_the_fma_peak():
+    from kiln.cli.tune_model import _table, peak_ms
+
+    dense = Task.create("dense", [(16, 32), (32, 10), (10,)])
+    relu = Task.create("relu", [(16, 32)])
+    assert peak_ms(dense.workload, 100.0) == pytest.approx(1e3 * 2 * 16 * 32 * 10 / 100e9)
+    assert peak_ms(relu.workload, 100.0) is None  # memory-bound: no arithmetic to put at the peak
+    task = {"calls": 1, "trials": 4, "confirmed": True, "default_ms": 2e-4}
+    summary = {"model": "m", "training": False, "batch": 16, "trials": 8, "measured_now": 8, "elapsed_s": 3.0,
+               "fma_peak_gflops": 100.0, "estimate_untuned_ms": 4e-4, "estimate_tuned_ms": 3e-4,
+               "untuned_ms": 0.01, "tuned_ms": 0.008, "speedup": 1.25,
+               "tasks": [dict(task, task=dense.name, best_ms=2 * peak_ms(dense.workload, 100.0),
+                              peak_ms=peak_ms(dense.workload, 100.0)),
+                         dict(task, task=relu.name, best_ms=1e-4, peak_ms=None)]}
+    dense_line, relu_line = (line for line in _table(summary).splitlines() if line.strip().startswith(("dense", "relu")))
+    assert dense_line.split()[-2:] == ["50%", "confirmed"] and relu_line.split()[-3:] == ["-", "-", "confirmed"]
+    assert "100 GFLOPS" in _table(summary)
