@@ -227,3 +227,15 @@ def test_a_fused_epilogue_a_generic_template_scheduled_keeps_its_row_vectors():
     assert "T.vectorized(T.int64(28))" in script, script
     assert np.prod([64, 32, 28]) == int(re.search(r"T.parallel\(T.int64\((\d+)\)\)", script).group(1))
 
+
+
+def test_matmul_row_blocks_deal_out_evenly_to_the_threads():
+    from kiln.schedules.cpu.matmul import _balance, _default_block_m
+
+    assert _balance(7, 2) == pytest.approx(7 / 8) and _balance(14, 2) == 1.0
+    assert _default_block_m(98, 4096, [], cores=2) == 7  # 14 tasks, not 7 (one thread idle an eighth of the time)
+    assert _default_block_m(49, 4096, [], cores=2) == 7  # no better balance within 8 tasks a thread: kept
+    assert _default_block_m(16, 4096, [], cores=2) == 4  # already even
+    # X^T dY of a 128-row batch through a 784 -> 512 layer (the MLP's weight gradient)
+    kernel = kiln.build("matmul", [(128, 784), (128, 512)], attrs={"transpose_a": True})
+    assert kernel.resolved_config()["block_m"] == 7
