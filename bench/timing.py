@@ -34,6 +34,15 @@ MIN_SAMPLE_S = 0.02     # a sample lasts at least this long (calls are repeated 
 # cores with those spinners and ran 100x slower; a fixed pause is either too
 # short or wastes time, so the pause lasts until the CPU use of this process
 # and its children (the numpy reference) drops near zero.
+# Untimed calls that start every sample: the wait for idle leaves the caches
+# cold (the host runs other work meanwhile), and the first call after it is
+# slow on both sides. znver4, 2 threads: kiln's eager 784-512-10 step after
+# 10 ms idle 2.9 ms against 1.9 back to back; a 128x784x512 dense kernel 0.73-
+# 0.90 ms against 0.57, on one thread 1.33-1.46 against 1.01. A sample times
+# the steady state of calls that follow one another, as a serving or
+# training loop makes them; ``time_evaluator`` (``kernel_sampler``) makes
+# one untimed call before it times, too.
+WARM_CALLS = 1
 SETTLE_S = 3.0          # the longest wait for idle (a busy neighbour never lets it come)
 SETTLE_WINDOW_S = 0.02  # idle: less than IDLE_SHARE of one core used over such a window
 IDLE_SHARE = 0.1
@@ -54,7 +63,8 @@ def calls_sampler(fn: Callable[[], object], min_time: float | None = None) -> Sa
     doubling it (``timeit``'s autorange), and then kept, so every later sample
     averages the same number of calls. The first call is never trusted to
     calibrate: at a new shape, or after a BLAS's threads went to sleep, it is
-    the slow one.
+    the slow one. Every later sample starts with one untimed call too
+    (``WARM_CALLS``).
     """
     min_time = MIN_SAMPLE_S if min_time is None else min_time
     number = 0
@@ -74,6 +84,7 @@ def calls_sampler(fn: Callable[[], object], min_time: float | None = None) -> Sa
                 n *= 2
             number = n
             return elapsed / n
+        run(WARM_CALLS)
         return run(number) / number
 
     return sample

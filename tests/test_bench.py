@@ -43,6 +43,19 @@ def test_compare_warms_each_side_then_interleaves_them():
     assert out["kiln"]["samples"] == 3 and out["ref"]["median_s"] == 1.0
 
 
+def test_every_calls_sample_starts_with_an_untimed_call():
+    calls, timed = [], []
+
+    def fn():
+        calls.append(time.perf_counter())
+
+    sample = timing.calls_sampler(fn, min_time=0.0)
+    sample()  # calibrates: one untimed call, then the count (1 when no time is asked for)
+    assert len(calls) == 2
+    sample()
+    assert len(calls) == 2 + timing.WARM_CALLS + 1
+
+
 def test_module_sampler_times_main_on_the_given_tensors_for_at_least_min_time():
     from tvm import te
 
