@@ -20,6 +20,11 @@ from .layout import blocked_array, blocks, plain_array
 from .registry import Op, register
 from .shapes import FLOATS, dtype_of, promote, same_dim, shape_str, static
 
+#: the attributes of a conv reading packed weight blocks (``conv2d_packed``, ``conv2d_winograd``)
+OUT_CHANNELS = A.Attr(A.positive_int, doc="O, the output channels (the blocks may pad past it)")
+IN_BLOCK = A.Attr(A.non_negative_int, default=0, doc="0: x is NCHW; c: x is NCHW[c]c")
+WRITE_BLOCKS = A.Attr(A.boolean, default=False, doc="write NCHW[oc]c blocks instead of NCHW")
+
 
 @register
 class PackConv2dWeight(Op):
@@ -74,10 +79,8 @@ class Conv2dPacked(Op):
     arity = 2
     family = "conv2d"
     dtypes = FLOATS
-    attrs = {"out_channels": A.Attr(A.positive_int, doc="O, the output channels (the blocks may pad past it)"),
-             "stride": STRIDE, "padding": PADDING, "dilation": DILATION,
-             "in_block": A.Attr(A.non_negative_int, default=0, doc="0: x is NCHW; c: x is NCHW[c]c"),
-             "out_block": A.Attr(A.boolean, default=False, doc="write NCHW[oc]c blocks instead of NCHW")}
+    attrs = {"out_channels": OUT_CHANNELS, "stride": STRIDE, "padding": PADDING, "dilation": DILATION,
+             "in_block": IN_BLOCK, "out_block": WRITE_BLOCKS}
 
     def infer_shape(self, x, w, out_channels, stride, padding, dilation, in_block, out_block):
         x = _plain_input(self.name, x, w, in_block)

@@ -32,7 +32,7 @@ from tvm import te, tirx
 from ..errors import AttrError, ShapeError
 from . import attrs as A
 from .conv import OUT_BLOCK, PADDING, check_rank4, pad_spatial, window_out
-from .conv_packed import _plain_input, output_channel_blocks
+from .conv_packed import IN_BLOCK, OUT_CHANNELS, WRITE_BLOCKS, _plain_input, output_channel_blocks
 from .layout import blocked_array, blocks, plain_array
 from .registry import Op, register
 from .shapes import FLOATS, dtype_of, promote, same_dim, shape_str, size, static
@@ -150,10 +150,7 @@ class Conv2dWinograd(Op):
     arity = 2
     family = "conv2d_winograd"
     dtypes = FLOATS
-    attrs = {"out_channels": A.Attr(A.positive_int, doc="O, the output channels (the blocks may pad past it)"),
-             "padding": PADDING,
-             "in_block": A.Attr(A.non_negative_int, default=0, doc="0: x is NCHW; c: x is NCHW[c]c"),
-             "out_block": A.Attr(A.boolean, default=False, doc="write NCHW[oc]c blocks instead of NCHW")}
+    attrs = {"out_channels": OUT_CHANNELS, "padding": PADDING, "in_block": IN_BLOCK, "out_block": WRITE_BLOCKS}
 
     def infer_shape(self, x, w, out_channels, padding, in_block, out_block):
         oc = static(w[4]) if len(w) == 5 else None
