@@ -44,7 +44,7 @@ def test_compare_warms_each_side_then_interleaves_them():
 
 
 def test_every_calls_sample_starts_with_an_untimed_call():
-    calls, timed = [], []
+    calls = []
 
     def fn():
         calls.append(time.perf_counter())
