@@ -117,10 +117,11 @@ def _summary(args, plan, times: dict, peak_gflops: float) -> dict:
 
 
 def peak_ms(workload, peak_gflops: float) -> float | None:
-    """The op's arithmetic at the FMA peak, in ms: how fast its kernel could
-    be (a Winograd conv counts the direct conv's products, so it can beat
-    it); None for an op without arithmetic to speak of (memory-bound)."""
-    flops = workload.op.flops([tuple(s) for s in workload.shapes], **workload.attrs)
+    """The arithmetic of the op's kernel at the FMA peak, in ms: how fast it
+    could be (a Winograd conv's, its products in the transformed domain:
+    ``Op.kernel_flops``); None for an op without arithmetic to speak of
+    (memory-bound)."""
+    flops = workload.op.kernel_flops([tuple(s) for s in workload.shapes], **workload.attrs)
     return 1e3 * flops / (peak_gflops * 1e9) if flops > 0 and peak_gflops > 0 else None
 
 
@@ -134,8 +135,8 @@ def _table(s: dict) -> str:
         share = f"{t['peak_ms'] / t['best_ms']:>7.0%}" if t["peak_ms"] and t["best_ms"] else f"{'-':>7}"
         lines.append(f"  {t['task']:<{width}}  {t['calls']:>5}  {t['trials']:>6}  {shown[0]} {shown[1]} {shown[2]}  "
                      f"{share}{'  confirmed' if t['confirmed'] else ''}")
-    lines.append(f"  at peak ms: the op's arithmetic at the FMA peak ({s['fma_peak_gflops']:.0f} GFLOPS measured now); "
-                 "- for memory-bound ops")
+    lines.append(f"  at peak ms: the kernel's arithmetic at the FMA peak ({s['fma_peak_gflops']:.0f} GFLOPS measured "
+                 "now; a Winograd conv's products); - for memory-bound ops")
     lines.append(f"  kernels (calls x time): {s['estimate_untuned_ms']:.4f} -> {s['estimate_tuned_ms']:.4f} ms")
     lines.append(f"  the model, measured:    {s['untuned_ms']:.4f} -> {s['tuned_ms']:.4f} ms "
                  f"({s['speedup']:.2f}x)")

@@ -102,6 +102,12 @@ class Op:
         """Floating-point operations of one call (for GFLOPS); 0 = memory-bound."""
         return 0.0
 
+    def kernel_flops(self, shapes, **attrs) -> float:
+        """Floating-point operations its kernel's algorithm does (what the
+        machine's peak bounds): ``flops``, except for an op whose kernel does
+        less than the computation its GFLOPS count (a Winograd conv)."""
+        return self.flops(shapes, **attrs)
+
     # -- shared machinery -----------------------------------------------------
     def parse_attrs(self, attrs: Mapping[str, Any] | None = None) -> dict:
         """Validated attributes in canonical form, defaults filled in."""

@@ -230,6 +230,19 @@ class Conv2dWinograd(Op):
         total = 2 * size(self.infer_shape(x, w, **attrs)) * static(w[3]) * 9
         return float(total) if isinstance(total, int) else 0.0
 
+    def kernel_flops(self, shapes, **attrs):
+        """Those of its matrix products: per image, channel block and tile
+        position, tiles x I x oc multiply-adds (the transforms' additions
+        not counted, a bound the products alone set)."""
+        x, w = shapes
+        out = self.infer_shape(x, w, **attrs)
+        dims = [static(d) for d in (out[0], out[2], out[3], w[0], w[1], w[3], w[4])]
+        if not all(isinstance(d, int) for d in dims):
+            return 0.0
+        n, oh, ow, blocks_, span, i, oc = dims
+        step = span - 2
+        return float(2 * n * blocks_ * span * span * -(-oh // step) * -(-ow // step) * i * oc)
+
 
 def _additions(matrix: np.ndarray, a: np.ndarray, axis: int) -> np.ndarray:
     """``matrix`` applied along ``axis`` of ``a`` as the kernel does it: the

@@ -258,6 +258,13 @@ def test_the_model_tune_table_puts_each_task_beside_its_arithmetic_at_the_fma_pe
     relu = Task.create("relu", [(16, 32)])
     assert peak_ms(dense.workload, 100.0) == pytest.approx(1e3 * 2 * 16 * 32 * 10 / 100e9)
     assert peak_ms(relu.workload, 100.0) is None  # memory-bound: no arithmetic to put at the peak
+    # a Winograd conv's kernel does its products in the transformed domain: F(4x4, 3x3) on an 8x8 map, 16 -> 32
+    # channels, is 2 x 2 tiles of 6 x 6 positions, each a (tiles x 16) by (16 x 32) product, per image
+    winograd = Task.create("conv2d_winograd", [(2, 1, 8, 8, 16), (1, 6, 6, 16, 32)],
+                           attrs={"out_channels": 32, "padding": 1, "in_block": 16, "out_block": True})
+    products = 2 * 2 * 36 * 4 * 16 * 32
+    assert peak_ms(winograd.workload, 100.0) == pytest.approx(1e3 * products / 100e9)
+    assert winograd.flops == 2 * 2 * 32 * 64 * 16 * 9  # its GFLOPS still count the direct conv's products
     task = {"calls": 1, "trials": 4, "confirmed": True, "default_ms": 2e-4}
     summary = {"model": "m", "training": False, "batch": 16, "trials": 8, "measured_now": 8, "elapsed_s": 3.0,
                "fma_peak_gflops": 100.0, "estimate_untuned_ms": 4e-4, "estimate_tuned_ms": 3e-4,
