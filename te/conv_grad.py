@@ -9,7 +9,9 @@ one output size under a stride):
                      of gy[n, o, q, r] * w[o, c, i, j]
 
 (``gy`` read as zero outside its rows and columns, as a forward convolution
-reads its padding: an inf in ``w`` at such a tap gives NaN). It is the
+reads its padding: an inf in ``w`` at such a tap gives NaN, except where,
+as in ``conv2d``, those products are left out: stride 1 on maps of at most
+16 x 16, ``data_skips_padding``). It is the
 transposed convolution, with one of two TE bodies, both over a zero-padded
 ``gy`` (``{name}_pad``, a stage of its own) and both in ``conv2d``'s loop
 structure (n, c, y, x | o, taps), so the conv2d template schedules them:
@@ -54,7 +56,7 @@ from tvm import te, tirx
 
 from ..errors import ShapeError
 from . import attrs as A
-from .conv import (DILATION, PADDING, STRIDE, _direct, _flops, check_rank4, conv2d, pad_spatial,
+from .conv import (DILATION, PADDING, STRIDE, _direct, _flops, _inside, check_rank4, conv2d, pad_spatial, skips_padding,
                    split_nchw, window_out)
 from .grad import as_dtype, wants_grad
 from .registry import Op, call, register
@@ -137,6 +139,23 @@ class Conv2dBackwardWeight(Op):
         return float(total) if isinstance(total, int) else 0.0
 
 
+def border(w_shape, padding, dilation) -> tuple:
+    """The zero rows and columns a stride-1 ``conv2d_backward_data`` reads
+    around ``gy`` (top and left; as many bottom and right): ``dilation * (K
+    - 1) - padding``, negative where the padding is wider than the kernel."""
+    return tuple(d * (static(k) - 1) - p for k, p, d in zip(w_shape[2:4], padding, dilation))
+
+
+def data_skips_padding(gy_shape, out_shape, w_shape, stride, padding, dilation) -> bool:
+    """Whether a ``conv2d_backward_data`` (output ``out_shape``) leaves out
+    the products that read the zero border around ``gy``, as a forward conv
+    leaves out its padding's (``te.conv.skips_padding``: maps of at most
+    ``SKIP_PADDING_MAX``, which its template unrolls whole): stride 1, no
+    side where a padding wider than the kernel crops ``gy`` instead."""
+    low = border(w_shape, padding, dilation)
+    return tuple(stride) == (1, 1) and min(low) >= 0 and skips_padding("NCHW", gy_shape, out_shape, low)
+
+
 @register
 class Conv2dBackwardData(Op):
     """See the module docstring."""
@@ -173,7 +192,7 @@ class Conv2dBackwardData(Op):
         n, o, oh, ow = gy.shape
         _, c, kh, kw = (static(d) for d in w.shape)
         spans = (dilation[0] * (kh - 1), dilation[1] * (kw - 1))
-        low = (spans[0] - padding[0], spans[1] - padding[1])  # may be negative: a padding wider than the kernel
+        low = border(w.shape, padding, dilation)  # may be negative: a padding wider than the kernel
         grid = (in_size[0] + spans[0], in_size[1] + spans[1])
 
         def placed(b, k, u, v):  # gy on the input's grid, zeros between and around its elements
@@ -188,9 +207,11 @@ class Conv2dBackwardData(Op):
 
         gp = te.compute((n, o) + grid, placed, name=f"{self.name}_pad", tag="injective")
         out = (n, c, in_size[0], in_size[1])
+        keep = on_gy if stride != (1, 1) else None
+        if data_skips_padding(tuple(gy.shape), out, tuple(w.shape), stride, padding, dilation):
+            keep = _inside(tuple(gy.shape), low)
         return _direct(self, lambda b, k, y, z: gp[b, k, y, z], lambda ci, k, y, z: w[k, ci, kh - 1 - y, kw - 1 - z],
-                       (o, kh, kw), out, dt, lambda idx: split_nchw(idx, "NCHW"), (1, 1), dilation,
-                       keep=on_gy if stride != (1, 1) else None)
+                       (o, kh, kw), out, dt, lambda idx: split_nchw(idx, "NCHW"), (1, 1), dilation, keep=keep)
 
     def reference(self, gy, w, in_size, stride, padding, dilation):
         """numpy's transposed convolution by its definition (the module

@@ -315,3 +315,19 @@ def test_an_infinite_weight_on_a_padded_tap_leaves_the_border_finite():
     got = kiln.build("conv2d", [x.shape, w.shape], attrs={"padding": 1})(x, w)
     assert np.isfinite(got[:, :, 0, :]).all() and np.isfinite(got[:, :, :, 0]).all()
     assert np.isinf(got[:, :, 1:, 1:]).all()  # where the tap reads the image
+
+
+def test_a_data_gradient_on_a_small_map_leaves_out_the_border_products_too():
+    """A stride-1 ``conv2d_backward_data`` convolves ``gy`` inside a zero
+    border with the flipped kernel; on a small map it leaves those products
+    out as the forward conv does (its 512x7x7 layer did 18% more products
+    than the forward): the flipped top-left tap meets only the border at the
+    last row and column, which stay finite."""
+    gy = np.ones((1, 16, 7, 7), "float32")
+    w = np.zeros((16, 16, 3, 3), "float32")
+    w[:, :, 0, 0] = np.inf
+    kernel = kiln.build("conv2d_backward_data", [gy.shape, w.shape], attrs={"in_size": 7, "padding": 1})
+    got = kernel(gy, w)
+    assert kernel.resolved_config()["unroll_map"] == 1
+    assert np.isfinite(got[:, :, -1, :]).all() and np.isfinite(got[:, :, :, -1]).all()
+    assert np.isinf(got[:, :, :-1, :-1]).all()

@@ -24,7 +24,9 @@ FMAs for ``tile_ow + tile_oc / lanes`` loads.
               AVX2 (see ``conv2d_defaults.register_budget``).
 ``unroll_kw`` 1 to unroll the kernel-column loop.
 ``unroll_map`` a conv2d that leaves out its padded taps' products
-              (``te.conv.skips_padding``: NCHW maps of at most 16 x 16):
+              (``te.conv.skips_padding``: NCHW maps of at most 16 x 16; a
+              stride-1 ``conv2d_backward_data`` those reading the zero
+              border around ``gy``, ``te.conv_grad.data_skips_padding``):
               1 (default, unless the last channel tile is predicated) to
               unroll a task's rows, its column tiles and the kernel rows, so
               which products read padding is a constant of each and they are
@@ -111,6 +113,7 @@ only the dims that varied symbolic, which for a layer is its batch.
 from __future__ import annotations
 
 from ...te.conv import skips_padding
+from ...te.conv_grad import data_skips_padding
 from ...te.shapes import static
 from ..config import Config
 from ..dispatch import NOT_APPLICABLE, NotApplicable, register_template
@@ -118,6 +121,10 @@ from ..generic import schedule_injective
 from ..util import const_int, extent, find_block, work
 from .conv2d_defaults import (PAD_AT_COPIES, PHASED_TASK_MACS, default_task_rows, default_tiles, divisor_tile,
                               pad_copies, register_budget, task_row_choices)
+
+
+#: a ``conv2d_backward_data``'s attrs that place ``gy`` on the input's grid, in ``data_skips_padding``'s order
+STEPS = ("stride", "padding", "dilation")
 
 
 @register_template("cpu", ops=("conv2d", "conv2d_packed", "conv2d_backward_data"))
@@ -144,8 +151,10 @@ def schedule_conv2d(sch, block, cfg: Config) -> NotApplicable | None:
     phase_h, step = cfg.workload.attrs["stride"] if taps is not None else (1, 1)
     oc_default, ow_default = default_tiles(o_ext, z_ext, lanes, budget, step)
     wl = cfg.workload
-    skip = not transposed and skips_padding(  # the padded taps' products left out: unroll the map
-        wl.attrs.get("layout", "NCHW"), wl.shapes[0], wl.out_shapes[0], wl.attrs["padding"])
+    if transposed:  # the padded taps' products left out: unroll the map
+        skip = data_skips_padding(wl.shapes[0], wl.out_shapes[0], wl.shapes[1], *(wl.attrs[k] for k in STEPS))
+    else:
+        skip = skips_padding(wl.attrs.get("layout", "NCHW"), wl.shapes[0], wl.out_shapes[0], wl.attrs["padding"])
     if skip and ow_default != z_ext and budget(1) >= z_ext and o_ext % lanes == 0:
         oc_default, ow_default = lanes, z_ext  # a tile as wide as the map: one copy of the kernel per row
     if packed:
