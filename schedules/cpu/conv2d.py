@@ -33,7 +33,9 @@ FMAs for ``tile_ow + tile_oc / lanes`` loads.
               left out of the code; a task's rows are then
               the whole map by default, and a tile as wide as the map where
               the registers allow (one vector x 14 on a 14-wide AVX-512
-              map). ResNet-18's 7x7 and 14x14 layers (znver4, interleaved
+              map) and the stride is 1 (ResNet-18's stride-2 128x28x28 ->
+              256 at batch 8 took 5.17 ms so, 4.64 with two vectors by 7;
+              its stride-1 256x14x14 ties). ResNet-18's 7x7 and 14x14 layers (znver4, interleaved
               against the same kernel multiplying the padding): 512x7x7 9.12
               -> 7.64 ms at batch 8, 1.32 -> 1.12 at batch 1; 256x14x14 8.41
               -> 7.79 at batch 8. With 0 (or a task of fewer rows, or
@@ -155,8 +157,11 @@ def schedule_conv2d(sch, block, cfg: Config) -> NotApplicable | None:
         skip = data_skips_padding(wl.shapes[0], wl.out_shapes[0], wl.shapes[1], *(wl.attrs[k] for k in STEPS))
     else:
         skip = skips_padding(wl.attrs.get("layout", "NCHW"), wl.shapes[0], wl.out_shapes[0], wl.attrs["padding"])
-    if skip and ow_default != z_ext and budget(1) >= z_ext and o_ext % lanes == 0:
-        oc_default, ow_default = lanes, z_ext  # a tile as wide as the map: one copy of the kernel per row
+    # a tile as wide as the map: one copy of the kernel per row; not under a stride, where the row's 14
+    # broadcasts per weight vector ran slower than two vectors by 7 (ResNet-18's 128x28x28 -> 256 at batch 8)
+    if (skip and ow_default != z_ext and budget(1) >= z_ext and o_ext % lanes == 0
+            and tuple(wl.attrs["stride"]) == (1, 1)):
+        oc_default, ow_default = lanes, z_ext
     if packed:
         tile_oc = static(cfg.workload.shapes[1][4])
     else:
