@@ -163,25 +163,29 @@ def test_timing_conv2d_against_conv2d_packed(capsys):
         print(f"\n{x_shape[1:]} x {w_shape} {attrs}, symbolic batch:\n" + "\n".join(rows))
 
 
-@pytest.mark.parametrize("pad_at", [0, 1])
-def test_padding_runs_inside_each_task_with_pad_at(pad_at):
-    """``pad_at`` (the default) pads a task's input rows inside the task: one
-    parallel region per call; without it the padding is a parallel stage of
-    its own. Both compute the same."""
+@pytest.mark.parametrize("config, regions", [({"pad_inline": 0, "pad_at": 0}, 3), ({"pad_inline": 0, "pad_at": 1}, 2),
+                                             ({}, 2)])
+def test_padding_is_a_stage_a_copy_inside_each_task_or_left_out(config, regions):
+    """``pad_at`` pads a task's input rows inside the task (one parallel
+    region per call); without it the padding is a parallel stage of its own;
+    on an unrolled small map (the default here) ``pad_inline`` reads the
+    input where it lies, no padded copy at all. All compute the same."""
     x = np.random.default_rng(0).standard_normal((3, 16, 8, 8)).astype("float32")
     w = np.random.default_rng(1).standard_normal((32, 16, 3, 3)).astype("float32")
-    kernel = kiln.build("conv2d", [(sym("n"), 16, 8, 8), w.shape], attrs={"padding": 1}, config={"pad_at": pad_at})
-    assert kernel.resolved_config()["pad_at"] == pad_at
-    assert kernel.script().count("T.parallel") == (2 if pad_at else 3)  # the tasks, the weight pack [, the padding]
+    kernel = kiln.build("conv2d", [(sym("n"), 16, 8, 8), w.shape], attrs={"padding": 1}, config=config)
+    resolved = kernel.resolved_config()
+    assert resolved["pad_inline"] == config.get("pad_inline", 1) and resolved.get("pad_at") == config.get("pad_at")
+    script = kernel.script()
+    assert script.count("T.parallel") == regions  # the tasks, the weight pack [, the padding]
+    assert ('T.sblock("conv2d_pad")' in script) == bool(config)
     want = kiln.te.get_op("conv2d").reference(x, w, **kiln.te.get_op("conv2d").parse_attrs({"padding": 1}))
     np.testing.assert_allclose(kernel(x, w), want, rtol=1e-4, atol=1e-4)
-    assert kiln.build("conv2d", [(sym("n"), 16, 8, 8), w.shape], attrs={"padding": 1}).resolved_config()["pad_at"] == 1
 
 
 @pytest.mark.parametrize("op, shapes, attrs, many", [
     ("conv2d", [(1, 64, 56, 56), (64, 64, 3, 3)], {"padding": 1}, False),  # 4 channel blocks: 12 copies
-    ("conv2d", [(1, 1024, 7, 7), (1024, 1024, 3, 3)], {"padding": 1}, True),  # 32 blocks of 32, 64 of 16
-    ("conv2d_backward_data", [(1, 1024, 7, 7), (1024, 1024, 3, 3)], {"in_size": 7, "padding": 1}, True),
+    ("conv2d", [(1, 1024, 28, 28), (1024, 1024, 3, 3)], {"padding": 1}, True),  # 32 blocks of 32, 64 of 16
+    ("conv2d_backward_data", [(1, 1024, 28, 28), (1024, 1024, 3, 3)], {"in_size": 28, "padding": 1}, True),
     ("conv2d", [(1, 64, 56, 56), (128, 64, 3, 3)], {"padding": 1, "stride": 2}, False),  # 12 copies or fewer
 ])
 def test_pad_at_default_counts_the_copies_of_each_padded_row(op, shapes, attrs, many):
