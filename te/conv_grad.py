@@ -56,8 +56,8 @@ from tvm import te, tirx
 
 from ..errors import ShapeError
 from . import attrs as A
-from .conv import (DILATION, PADDING, STRIDE, _direct, _flops, _inside, check_rank4, conv2d, pad_spatial, skips_padding,
-                   split_nchw, window_out)
+from .conv import (DILATION, PADDING, STRIDE, _direct, _flops, _inside, check_rank4, conv2d, pad_spatial,
+                   skips_padding, split_nchw, window_out)
 from .grad import as_dtype, wants_grad
 from .registry import Op, call, register
 from .shapes import dtype_of, is_static, promote, same_dim, shape_str, size, static

@@ -35,8 +35,9 @@ FMAs for ``tile_ow + tile_oc / lanes`` loads.
               the registers allow (one vector x 14 on a 14-wide AVX-512
               map) and the stride is 1 (ResNet-18's stride-2 128x28x28 ->
               256 at batch 8 took 5.17 ms so, 4.64 with two vectors by 7;
-              its stride-1 256x14x14 ties). ResNet-18's 7x7 and 14x14 layers (znver4, interleaved
-              against the same kernel multiplying the padding): 512x7x7 9.12
+              its stride-1 256x14x14 ties). ResNet-18's 7x7 and 14x14
+              layers (znver4, interleaved against the same kernel
+              multiplying the padding): 512x7x7 9.12
               -> 7.64 ms at batch 8, 1.32 -> 1.12 at batch 1; 256x14x14 8.41
               -> 7.79 at batch 8. With 0 (or a task of fewer rows, or
               ``unroll_kw`` 0) each product keeps its test.
