@@ -34,6 +34,9 @@ MIN_SAMPLE_S = 0.02     # a sample lasts at least this long (calls are repeated 
 # cores with those spinners and ran 100x slower; a fixed pause is either too
 # short or wastes time, so the pause lasts until the CPU use of this process
 # and its children (the numpy reference) drops near zero.
+SETTLE_S = 3.0          # the longest wait for idle (a busy neighbour never lets it come)
+SETTLE_WINDOW_S = 0.02  # idle: less than IDLE_SHARE of one core used over such a window
+IDLE_SHARE = 0.1
 # Untimed calls that start every sample: the wait for idle leaves the caches
 # cold (the host runs other work meanwhile), and the first call after it is
 # slow on both sides. znver4, 2 threads: kiln's eager 784-512-10 step after
@@ -43,9 +46,6 @@ MIN_SAMPLE_S = 0.02     # a sample lasts at least this long (calls are repeated 
 # training loop makes them; ``time_evaluator`` (``kernel_sampler``) makes
 # one untimed call before it times, too.
 WARM_CALLS = 1
-SETTLE_S = 3.0          # the longest wait for idle (a busy neighbour never lets it come)
-SETTLE_WINDOW_S = 0.02  # idle: less than IDLE_SHARE of one core used over such a window
-IDLE_SHARE = 0.1
 
 
 def check_repeat(repeat: int) -> int:

@@ -236,12 +236,10 @@ class Conv2dWinograd(Op):
         not counted, a bound the products alone set)."""
         x, w = shapes
         out = self.infer_shape(x, w, **attrs)
-        dims = [static(d) for d in (out[0], out[2], out[3], w[0], w[1], w[3], w[4])]
-        if not all(isinstance(d, int) for d in dims):
-            return 0.0
-        n, oh, ow, blocks_, span, i, oc = dims
-        step = span - 2
-        return float(2 * n * blocks_ * span * span * -(-oh // step) * -(-ow // step) * i * oc)
+        step, span, _, _ = _tiling(w)
+        n, oh, ow, blocks_, i, oc = (static(d) for d in (out[0], out[2], out[3], w[0], w[3], w[4]))
+        total = 2 * n * blocks_ * span * span * -(-oh // step) * -(-ow // step) * i * oc
+        return float(total) if isinstance(total, int) else 0.0
 
 
 def _additions(matrix: np.ndarray, a: np.ndarray, axis: int) -> np.ndarray:

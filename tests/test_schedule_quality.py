@@ -228,7 +228,6 @@ def test_a_fused_epilogue_a_generic_template_scheduled_keeps_its_row_vectors():
     assert np.prod([64, 32, 28]) == int(re.search(r"T.parallel\(T.int64\((\d+)\)\)", script).group(1))
 
 
-
 def test_matmul_row_blocks_deal_out_evenly_to_the_threads():
     from kiln.schedules.cpu.matmul import _balance, _default_block_m
 

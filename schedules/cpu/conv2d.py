@@ -133,10 +133,6 @@ from .conv2d_defaults import (PAD_AT_COPIES, PHASED_TASK_MACS, default_task_rows
                               pad_copies, register_budget, task_row_choices)
 
 
-#: a ``conv2d_backward_data``'s attrs that place ``gy`` on the input's grid, in ``data_skips_padding``'s order
-STEPS = ("stride", "padding", "dilation")
-
-
 @register_template("cpu", ops=("conv2d", "conv2d_packed", "conv2d_backward_data"))
 def schedule_conv2d(sch, block, cfg: Config) -> NotApplicable | None:
     conv = block
@@ -162,7 +158,8 @@ def schedule_conv2d(sch, block, cfg: Config) -> NotApplicable | None:
     oc_default, ow_default = default_tiles(o_ext, z_ext, lanes, budget, step)
     wl = cfg.workload
     if transposed:  # the padded taps' products left out: unroll the map
-        skip = data_skips_padding(wl.shapes[0], wl.out_shapes[0], wl.shapes[1], *(wl.attrs[k] for k in STEPS))
+        skip = data_skips_padding(wl.shapes[0], wl.out_shapes[0], wl.shapes[1], wl.attrs["stride"],
+                                  wl.attrs["padding"], wl.attrs["dilation"])
     else:
         skip = skips_padding(wl.attrs.get("layout", "NCHW"), wl.shapes[0], wl.out_shapes[0], wl.attrs["padding"])
     # a tile as wide as the map: one copy of the kernel per row; not under a stride, where the row's 14
