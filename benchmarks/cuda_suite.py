@@ -22,7 +22,6 @@ import numpy as np
 import tvm
 
 import kiln
-from kiln.runtime.device import CUDA_ARCHS
 
 CONVS = [(64, 56, 64, 1), (128, 28, 128, 1), (256, 14, 256, 1), (512, 7, 512, 1), (64, 56, 128, 2),
          (128, 28, 256, 2), (256, 14, 512, 2)]  # (in channels, size, out channels, stride), 3x3, padding 1
@@ -69,11 +68,7 @@ def main() -> int:
 
     torch.backends.cuda.matmul.allow_tf32 = False
     torch.backends.cudnn.allow_tf32 = False
-    major, minor = (int(x) for x in tvm.cuda(0).compute_version.split("."))
-    arch = args.arch or f"sm_{major}{minor}"
-    if arch not in CUDA_ARCHS:  # a newer GPU: the closest architecture kiln has defaults for
-        arch = "sm_90" if major >= 9 else "sm_80"
-    target = kiln.cuda(arch)
+    target = kiln.cuda(args.arch)
     dev = torch.device("cuda")
     on = lambda *xs: [torch.from_numpy(x).to(dev) for x in xs]  # noqa: E731
 

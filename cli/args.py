@@ -59,7 +59,7 @@ def add_op_arguments(parser: argparse.ArgumentParser, required: bool = True, rec
     parser.add_argument("--dtype", default="float32", help="input dtype(s), comma-separated (default float32)")
     parser.add_argument("--attr", action="append", default=[], metavar="KEY=VALUE",
                         help="an op attribute, value as a Python literal (repeatable)")
-    parser.add_argument("--target", default="cpu", help="cpu (default) or cuda[:sm_80]")
+    parser.add_argument("--target", default="cpu", help="cpu (default) or cuda[:sm_XX] (default: the GPU present's)")
     if records:
         parser.add_argument("--records", metavar="FILE",
                             help="also use the best tuned configs in this records file (written by kiln tune "

@@ -80,10 +80,18 @@ def cpu(mcpu: str | None = None) -> Target:
     return Target("cpu", mcpu=name)
 
 
+def present_arch() -> str | None:
+    """The compute capability of the GPU present (``"sm_90"`` on an H100), or None without one."""
+    dev = tvm.cuda(0)
+    return "sm_" + dev.compute_version.replace(".", "") if dev.exist else None
+
+
 @lru_cache(maxsize=None)
-def cuda(arch: str = "sm_80") -> Target:
-    """An NVIDIA GPU of compute capability ``arch`` (e.g. ``"sm_80"``)."""
-    if arch not in CUDA_ARCHS:
+def cuda(arch: str | None = None) -> Target:
+    """An NVIDIA GPU of compute capability ``arch`` (e.g. ``"sm_80"``); by
+    default the GPU present's, or ``sm_80`` where there is none."""
+    arch = arch or present_arch() or "sm_80"
+    if arch not in CUDA_ARCHS:  # kernels are compiled to machine code for exactly this architecture
         raise TargetError(f"got {arch!r}, expected one of {', '.join(CUDA_ARCHS)}", arg="arch")
     return Target("cuda", arch=arch)
 
@@ -99,6 +107,6 @@ def as_target(target) -> Target:
         if kind in ("cpu", "llvm"):
             return cpu(detail or None)
         if kind == "cuda":
-            return cuda(detail or "sm_80")
+            return cuda(detail or None)
     raise TargetError(f"got {target!r}, expected kiln.cpu(), kiln.cuda(arch), 'cpu' or 'cuda[:sm_XX]'",
                       arg="target")

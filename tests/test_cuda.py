@@ -16,7 +16,7 @@ from kiln.autotune import Space, Task
 from kiln.errors import KernelRuntimeError, ScheduleError
 from kiln.schedules.cuda import check
 
-from devices import HAS_GPU
+from devices import HAS_GPU, needs_gpu
 from helpers import Case
 
 WORKLOADS = [
@@ -58,6 +58,22 @@ def test_default_and_sampled_configs_match_numpy_on_the_cpu(case):
     for config in [space.default] + [space.sample(rng) for _ in range(2)]:
         check.check_resources(task.lower(config).sch.mod, task.target, case.op)
         _cpu_check(task, config)
+
+
+@needs_gpu
+@pytest.mark.parametrize("case", WORKLOADS, ids=str)
+def test_default_and_sampled_configs_match_numpy_on_the_gpu(case):
+    """The same configs, compiled for the GPU present (``kiln.cuda()`` reads its
+    architecture) and run on it."""
+    target = kiln.cuda()
+    task, space = _task(case, target), Space(_task(case, target))
+    inputs, expected = task.data()
+    rng = np.random.default_rng(0)
+    for config in [space.default] + [space.sample(rng) for _ in range(2)]:
+        kernel = kiln.build(case.op, case.shapes, case.dtype_list(), case.attrs, target=target, config=config)
+        got = kernel(*inputs)
+        for g, e in zip(got if isinstance(got, (list, tuple)) else [got], expected):
+            np.testing.assert_allclose(g, e, rtol=1e-4, atol=1e-4, err_msg=f"{task.name} with {config}")
 
 
 needs_nvcc = pytest.mark.skipif(shutil.which("nvcc") is None, reason="nvcc is not installed")
@@ -165,6 +181,12 @@ def test_a_cuda_kernel_without_a_gpu_says_so():
         kernel(np.ones(64, "float32"))
 
 
+@needs_gpu
+def test_the_default_cuda_target_is_the_gpu_present():
+    major, minor = tvm.cuda(0).compute_version.split(".")
+    assert kiln.cuda().arch == f"sm_{major}{minor}"
+
+
 def test_show_prints_the_traffic_model(capsys):
     from kiln.cli import main
 
@@ -189,3 +211,15 @@ def test_the_tuner_builds_cuda_configs_and_records_a_missing_device(tmp_path):
     assert len(result.records) == 2
     assert all(r["error"]["kind"] == "runtime" and "no cuda device" in r["error"]["message"] for r in result.records)
     assert all(r["build_s"] > 0 for r in result.records)  # built before the measurement was refused
+
+
+@needs_gpu
+def test_the_tuner_measures_cuda_configs_on_the_gpu(tmp_path):
+    from kiln.autotune import LocalRunner, tune
+
+    task = Task.create("matmul", [(128, 128), (128, 128)], target=kiln.cuda())
+    result = tune(task, trials=4, tuner="random", records=tmp_path / "r.jsonl", batch_size=4,
+                  runner=LocalRunner(repeat=2, min_repeat_ms=5))
+    assert len(result.records) == 4
+    assert all(r["error"] is None for r in result.records), [r["error"] for r in result.records]
+    assert all(0 < r["result"]["median_s"] < 0.1 for r in result.records)
