@@ -3,13 +3,14 @@
 Rows: matmul 4096^3 fp32 and the 3x3 convolutions of ResNet-18 (batch 1 and
 8), each checked against numpy on the device first, then timed (kiln: TVM's
 time_evaluator; PyTorch: CUDA events) with TF32 off on both sides, so cuBLAS
-runs plain SGEMM. ``--tune N`` first tunes the matmul with kiln's xgb tuner
-for N trials on this GPU and adds a row for the tuned config.
+runs plain SGEMM. ``--tune N`` first tunes the matmul with kiln's tuner
+(``--tuner``, default xgb) for N trials on this GPU and adds a row for the
+tuned config.
 
 Goals: >= 0.7x cuBLAS SGEMM with the default config, >= 0.9x after tuning.
 
 Run on a machine with an NVIDIA GPU and PyTorch (CUDA build):
-``python benchmarks/cuda_suite.py [--arch sm_80|sm_90] [--tune 64] [--json FILE]``.
+``python benchmarks/cuda_suite.py [--arch sm_80|sm_90] [--tune 64 [--tuner random]] [--json FILE]``.
 Without a GPU it says so and exits with status 0.
 """
 from __future__ import annotations
@@ -59,6 +60,7 @@ def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--arch", default=None, help="sm_80 or sm_90 (default: the GPU's)")
     parser.add_argument("--tune", type=int, default=0, help="tune the matmul for this many trials first")
+    parser.add_argument("--tuner", default="xgb", help="xgb (default), random or grid")
     parser.add_argument("--json", help="also write the rows to this file")
     args = parser.parse_args()
     if not tvm.cuda(0).exist:
@@ -82,8 +84,8 @@ def main() -> int:
     if args.tune:
         from kiln.autotune import Task, tune
 
-        result = tune(Task.create("matmul", mm_shapes, target=target), trials=args.tune, tuner="xgb")
-        rows.append(kiln_row(f"matmul 4096^3 (tuned, {args.tune} trials)", "matmul", mm_shapes, {}, 2 * n ** 3,
+        result = tune(Task.create("matmul", mm_shapes, target=target), trials=args.tune, tuner=args.tuner)
+        rows.append(kiln_row(f"matmul 4096^3 ({args.tuner}, {args.tune} trials)", "matmul", mm_shapes, {}, 2 * n ** 3,
                              np.matmul, mm_torch, target, config=result.best["config"]))
     for batch in (1, 8):
         for c, size, o, stride in CONVS:

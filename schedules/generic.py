@@ -26,7 +26,7 @@ from .config import Config
 from .dispatch import register_template
 from tvm.tirx.analysis import undefined_vars
 
-from .util import block_name, blocks, const_int, extent, is_output, is_reduction, iter_kinds, try_inline, work
+from .util import block_name, blocks, const_int, extent, is_output, is_reduction, loop_kinds, try_inline, work
 
 #: below this many elements a parallel launch costs more than it saves.
 PARALLEL_MIN = 16384
@@ -172,7 +172,7 @@ def schedule_reduction(sch, block, cfg: Config, prefix: str = "", prefer_rfactor
     it whenever it can (a template that knows the reduced axes are the
     contiguous ones and the outputs strided, as a per-channel statistic of
     NCHW data)."""
-    kinds = iter_kinds(sch, block)
+    kinds = loop_kinds(sch, block)
     loops = sch.get_loops(block)
     spatial = [lp for lp, red in zip(loops, kinds) if not red]
     reduce = [lp for lp, red in zip(loops, kinds) if red]
@@ -273,7 +273,7 @@ def schedule_empty(sch) -> None:
     (a sum over an empty axis is 0)."""
     for b in blocks(sch):
         if is_reduction(sch, b):
-            first = next(lp for lp, red in zip(sch.get_loops(b), iter_kinds(sch, b)) if red)
+            first = next(lp for lp, red in zip(sch.get_loops(b), loop_kinds(sch, b)) if red)
             sch.decompose_reduction(b, first)
 
 

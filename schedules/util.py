@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 from tvm import tirx
+from tvm.s_tir.stmt import SBlockRealize
 
 from ..te.shapes import static
 
@@ -39,9 +40,22 @@ def is_reduction(sch, block) -> bool:
     return any(int(iv.iter_type) == REDUCE for iv in sch.get(block).iter_vars)
 
 
-def iter_kinds(sch, block) -> list[bool]:
-    """For each block iter var: True when it is a reduction axis."""
-    return [int(iv.iter_type) == REDUCE for iv in sch.get(block).iter_vars]
+def loop_kinds(sch, block) -> list[bool]:
+    """For each loop around ``block``: True when it runs over the block's
+    reduction axes only. Read from the block's bindings, so it holds after
+    ``compute_at`` or a fuse, where loops and iter vars no longer pair up."""
+    loops = sch.get_loops(block)
+    if not loops:
+        return []
+    body = sch.get(loops[-1]).body
+    name = block_name(sch, block)
+    realize = next(s for s in (body.seq if isinstance(body, tirx.SeqStmt) else [body])
+                   if isinstance(s, SBlockRealize) and s.block.name_hint == name)
+    reduce, spatial = [], []
+    for iv, value in zip(realize.block.iter_vars, realize.iter_values):
+        (reduce if int(iv.iter_type) == REDUCE else spatial).extend(tirx.analysis.undefined_vars(value))
+    uses = lambda var, group: any(var.same_as(v) for v in group)  # noqa: E731
+    return [uses(v, reduce) and not uses(v, spatial) for v in (sch.get(lp).loop_var for lp in loops)]
 
 
 def extent(sch, loop):
@@ -102,7 +116,7 @@ def pow2_floor(n: int) -> int:
     return 1 << (max(1, n).bit_length() - 1)
 
 
-__all__ = ["blocks", "block_name", "is_reduction", "iter_kinds", "extent", "is_output", "try_inline",
+__all__ = ["blocks", "block_name", "is_reduction", "loop_kinds", "extent", "is_output", "try_inline",
            "fold_consumers", "work", "const_int", "divisors", "pow2_floor", "tirx"]
 
 

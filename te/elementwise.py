@@ -319,6 +319,24 @@ class Divide(Binary):
         return unbroadcast(ga, a.shape, a.dtype), unbroadcast(gb, b.shape, b.dtype)
 
 
+#: integer exponents up to this run as multiplications (exact signs, no pow call)
+MAX_SQUARINGS_POWER = 64
+
+
+def _integer_power(a, n: int, dtype: str):
+    """``a ** n`` by repeated squaring; ``x ** 0`` is 1, NaN included, as in numpy."""
+    result, base, k = None, a, abs(n)
+    while k:
+        if k & 1:
+            result = base if result is None else result * base
+        k >>= 1
+        if k:
+            base = base * base
+    if result is None:
+        return tirx.const(1, dtype)
+    return tirx.const(1, dtype) / result if n < 0 else result
+
+
 @register
 class Power(Binary):
     name = "power"
@@ -331,10 +349,17 @@ class Power(Binary):
 
     @staticmethod
     def expr(a, b):
-        # numpy takes x ** 0.5 as sqrt(x): (-inf) ** 0.5 is NaN there, inf for pow
-        if isinstance(b, tirx.FloatImm) and b.value == 0.5:
-            return tirx.sqrt(a)
-        return tirx.power(a, b)
+        if isinstance(b, tirx.FloatImm):
+            if b.value == 0.5:  # numpy takes x ** 0.5 as sqrt(x): (-inf) ** 0.5 is NaN there, inf for pow
+                return tirx.sqrt(a)
+            if b.value == int(b.value) and abs(b.value) <= MAX_SQUARINGS_POWER:
+                return _integer_power(a, int(b.value), dtype_of(b))
+        # CUDA kernels are built with fast math, where pow is exp2(b * log2(a)):
+        # NaN for a negative base, so an integer exponent takes |a| and the sign
+        odd = tirx.floor(b * 0.5) * 2.0 != b
+        negative = tirx.all(a < 0, tirx.floor(b) == b)
+        magnitude = tirx.power(-a, b)
+        return tirx.Select(negative, tirx.Select(odd, -magnitude, magnitude), tirx.power(a, b))
 
     def gradient(self, g, node):
         a, b = node.inputs

@@ -49,6 +49,7 @@ from ...errors import BuildError, ScheduleError, tvm_message
 MAX_THREADS = 1024
 MAX_SHARED = 48 * 1024       # without the opt-in to the larger dynamic shared memory
 MAX_REGISTERS = 255
+MAX_VECTOR_BYTES = 16        # the widest load a thread issues (float4; two float64)
 REGISTER_OVERHEAD = 24       # addresses, loop counters and indices beside the local tiles
 
 
@@ -176,7 +177,7 @@ def _tvm_verifies(mod, target, op: str) -> bool:
         raise ScheduleError(f"TVM cannot lower the schedule: {tvm_message(exc, 200)}", op=op, arg="config") from exc
     limits = {"max_shared_memory_per_block": MAX_SHARED, "max_threads_per_block": MAX_THREADS,
               "max_thread_x": MAX_THREADS, "max_thread_y": MAX_THREADS, "max_thread_z": 64, "max_vthread": 8,
-              "max_vector_bytes": 16}
+              "max_vector_bytes": MAX_VECTOR_BYTES}
     return all(tvm.s_tir.analysis.verify_gpu_code(f, limits) for f in lowered.functions.values())
 
 

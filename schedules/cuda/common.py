@@ -3,8 +3,14 @@ cooperative fetch of a staged tile, and folding the epilogue into the
 write-back of a thread's register tile."""
 from __future__ import annotations
 
+import numpy as np
+import tvm
+from tvm import tirx
+
+from ...te.shapes import dtype_of
 from ..config import Config
 from ..util import block_name, blocks, const_int, extent, fold_consumers, try_inline
+from .check import MAX_VECTOR_BYTES
 
 
 def pow2_at_least(n: int, cap: int) -> int:
@@ -14,16 +20,50 @@ def pow2_at_least(n: int, cap: int) -> int:
     return p
 
 
+#: what TVM's CUDA code generator cannot emit on vectors: an equality of two
+#: ``float4`` (``x != x``, the NaN test in ``exp`` and ``maximum``), logic on
+#: bool vectors, or a bool vector cast to ``float4`` (an ordering test and a
+#: select on it are fine: ``relu`` vectorizes)
+_SCALAR_ONLY = (tirx.EQ, tirx.NE, tirx.Not, tirx.And, tirx.Or)
+_SCALAR_CALLS = ("tirx.if_then_else", "tirx.isnan", "tirx.isinf", "tirx.isfinite")
+
+
+def _scalar_only(expr) -> bool:
+    if isinstance(expr, _SCALAR_ONLY) or isinstance(expr, tvm.ir.Call) and str(expr.op.name) in _SCALAR_CALLS:
+        return True
+    if isinstance(expr, tirx.Cast) and "bool" in (dtype_of(expr), dtype_of(expr.value)):
+        return True
+    fields = ("a", "b", "value", "body", "condition", "true_value", "false_value")
+    children = [getattr(expr, f, None) for f in fields] + list(getattr(expr, "args", ()))
+    return any(_scalar_only(c) for c in children if isinstance(c, tvm.ir.Expr))
+
+
+def vector_knob(cfg: Config, name: str, dtype: str, default: int) -> int:
+    """Elements per vector load: 1, 2 or 4, as many as fit ``MAX_VECTOR_BYTES`` of ``dtype``."""
+    size = np.dtype(dtype).itemsize
+    choices = tuple(v for v in (1, 2, 4) if v * size <= MAX_VECTOR_BYTES)
+    return cfg.define_knob(name, choices, default=min(default, choices[-1]))
+
+
+def vectorizable(sch, block) -> bool:
+    """Whether the block's computation can run on CUDA vectors (none of ``_SCALAR_ONLY`` in it)."""
+    store = sch.get(block).body
+    return (isinstance(store, tirx.BufferStore) and str(store.buffer.dtype) != "bool"
+            and not _scalar_only(store.value))
+
+
 def bind_flat(sch, block, cfg: Config, prefix: str = "") -> None:
     """Fuse a block's loops and spread them over ``blocks x threads`` (x
-    ``vector`` elements per thread when the vector divides the work)."""
+    ``vector`` elements per thread when the vector divides the work and the
+    block can be vectorized)."""
     loops = sch.get_loops(block) or [sch.add_unit_loop(block)]
     fused = sch.fuse(*loops) if len(loops) > 1 else loops[0]
     n = const_int(extent(sch, fused))
     threads = cfg.define_knob(prefix + "threads", (64, 128, 256, 512, 1024),
                               default=256 if n is None else min(256, max(64, pow2_at_least(n, 1024))))
-    vec = cfg.define_knob(prefix + "vector", (1, 2, 4), default=4 if n is not None and n % (4 * threads) == 0 else 1)
-    if vec > 1 and (n is None or n % vec):
+    vec = vector_knob(cfg, prefix + "vector", str(sch.get(block).writes[0].source.dtype),
+                      default=4 if n is not None and n % (4 * threads) == 0 else 1)
+    if vec > 1 and (n is None or n % vec or not vectorizable(sch, block)):
         vec = 1  # a vector with a tail would need a predicate per lane
     if vec > 1:
         bx, tx, vx = sch.split(fused, [None, threads, vec])

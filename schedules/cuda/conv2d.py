@@ -18,7 +18,7 @@ from __future__ import annotations
 from ..config import Config
 from ..dispatch import NOT_APPLICABLE, NotApplicable, register_template
 from ..util import const_int, extent
-from .common import pow2_at_least, stage_and_finish, stage_operands
+from .common import pow2_at_least, stage_and_finish, stage_operands, vector_knob
 
 
 @register_template("cuda", ops=("conv2d", "conv2d_backward_data"))
@@ -35,7 +35,7 @@ def schedule_conv2d_cuda(sch, block, cfg: Config) -> NotApplicable | None:
                                 default=min(32, max(4, pow2_at_least(-(-(s_ext or 64) // tile_s), 32))))
     tile_oc = cfg.define_knob("tile_oc", (1, 2, 4, 8), default=4 if (o_ext or 32) >= 4 * threads_oc else 1)
     tile_c = cfg.define_knob("tile_c", (1, 2, 4, 8, 16), default=min(8, pow2_at_least(c_ext or 8, 8)))
-    vector = cfg.define_knob("vector", (1, 2, 4), default=1)
+    vector = vector_knob(cfg, "vector", cfg.workload.dtypes[0], default=1)
 
     staged, acc = stage_operands(sch, conv, inline=(0,))  # the zero padding goes into the fetch
 

@@ -21,7 +21,7 @@ from ...errors import ScheduleError
 from ..config import Config
 from ..dispatch import NOT_APPLICABLE, NotApplicable, register_template
 from ..util import const_int, extent
-from .common import pow2_at_least, stage_and_finish, stage_operands
+from .common import pow2_at_least, stage_and_finish, stage_operands, vector_knob
 
 
 @register_template("cuda", ops=("conv2d_backward_weight",))
@@ -37,7 +37,7 @@ def schedule_conv2d_backward_weight_cuda(sch, block, cfg: Config) -> NotApplicab
     tile_o = cfg.define_knob("tile_o", (1, 2, 4), default=4 if o_ext >= 4 * threads_o and taps <= 9 else 1)
     threads_c = cfg.define_knob("threads_c", (1, 2, 4, 8, 16, 32), default=min(16, pow2_at_least(c_ext, 16)))
     tile_c = cfg.define_knob("tile_c", (1, 2, 4), default=1)
-    vector = cfg.define_knob("vector", (1, 2, 4), default=1)
+    vector = vector_knob(cfg, "vector", cfg.workload.dtypes[0], default=1)
     if tile_c * taps * tile_o > 64:
         raise ScheduleError(f"got a register tile of {tile_c}x{kh}x{kw}x{tile_o} accumulators, expected at most 64",
                             op=cfg.workload.op.name, arg="config")

@@ -29,7 +29,7 @@ from __future__ import annotations
 from ..config import Config
 from ..dispatch import register_template
 from ..util import blocks, const_int, extent, is_reduction, try_inline
-from .common import pow2_at_least, stage_and_finish
+from .common import pow2_at_least, stage_and_finish, vector_knob
 
 #: hand-chosen defaults per architecture: (threads_m, threads_n, tile_m, tile_n, tile_k)
 DEFAULTS = {"sm_80": (16, 16, 8, 8, 8), "sm_90": (16, 16, 8, 8, 16)}
@@ -61,7 +61,7 @@ def schedule_matmul_cuda(sch, block, cfg: Config) -> None:
     tile_m = cfg.define_knob("tile_m", (1, 2, 4, 8), default=vm0)
     tile_n = cfg.define_knob("tile_n", (1, 2, 4, 8), default=vn0)
     tile_k = cfg.define_knob("tile_k", (1, 2, 4, 8, 16, 32), default=tk0)
-    vector = cfg.define_knob("vector", (1, 2, 4), default=4)
+    vector = vector_knob(cfg, "vector", cfg.workload.dtypes[0], default=4)
     block_m, block_n = threads_m * tile_m, threads_n * tile_n
 
     pads = [block_m if m_ext else 1, block_n if n_ext else 1, tile_k if k_ext else 1]

@@ -19,15 +19,15 @@ from __future__ import annotations
 from ...errors import ScheduleError
 from ..config import Config
 from ..dispatch import NOT_APPLICABLE, NotApplicable, register_template
-from ..util import block_name, blocks, const_int, extent, is_output, is_reduction, iter_kinds, try_inline, work
+from ..util import block_name, blocks, const_int, extent, is_output, is_reduction, loop_kinds, try_inline, work
 from .common import bind_flat, pow2_at_least
 
 MODES = ("block", "thread")
 
 
 def _split_loops(sch, block):
-    kinds = iter_kinds(sch, block)
     loops = sch.get_loops(block)
+    kinds = loop_kinds(sch, block)
     return [lp for lp, r in zip(loops, kinds) if not r], [lp for lp, r in zip(loops, kinds) if r]
 
 
@@ -43,7 +43,7 @@ def cross_thread(sch, block, cfg: Config, prefix: str = "", outer=None) -> None:
     mode = cfg.define_knob(prefix + "mode", MODES, default="thread" if serial else "block")
     threads = cfg.define_knob(prefix + "threads", (32, 64, 128, 256, 512, 1024),
                               default=256 if red_n is None else max(32, pow2_at_least(red_n, 256)))
-    if mode == "thread" and outer is None:
+    if (mode == "thread" or red_n == 1) and outer is None:  # over one element: a copy, one output per thread
         fused = _fuse_or_unit(sch, block, spatial)
         bx, tx = sch.split(fused, [None, threads])
         sch.bind(bx, "blockIdx.x")
@@ -84,6 +84,8 @@ def _same_shape_rows(sch, out, cfg: Config) -> bool:
     for b in producers:
         spatial, _ = _split_loops(sch, b)
         if not is_reduction(sch, b) or [const_int(extent(sch, lp)) for lp in spatial] != out_ext:
+            return False
+        if work(sch, _split_loops(sch, b)[1]) == 1:  # under the row its unit loop vanishes: nothing for threads
             return False
     if is_reduction(sch, out) or not producers:
         return False
