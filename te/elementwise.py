@@ -354,12 +354,13 @@ class Power(Binary):
                 return tirx.sqrt(a)
             if b.value == int(b.value) and abs(b.value) <= MAX_SQUARINGS_POWER:
                 return _integer_power(a, int(b.value), dtype_of(b))
-        # CUDA kernels are built with fast math, where pow is exp2(b * log2(a)):
-        # NaN for a negative base, so an integer exponent takes |a| and the sign
-        odd = tirx.floor(b * 0.5) * 2.0 != b
-        negative = tirx.all(a < 0, tirx.floor(b) == b)
-        magnitude = tirx.power(-a, b)
-        return tirx.Select(negative, tirx.Select(odd, -magnitude, magnitude), tirx.power(a, b))
+        dtype = dtype_of(a)
+        if dtype == "float64":
+            return tirx.power(a, b)
+        # in float64: CUDA kernels are built with fast math, whose single-precision
+        # pow is exp2(b * log2(a)) (NaN for a negative base, 1 ** inf and inf ** 0);
+        # the double-precision pow keeps every IEEE special case, as numpy does
+        return tirx.power(a.astype("float64"), b.astype("float64")).astype(dtype)
 
     def gradient(self, g, node):
         a, b = node.inputs
