@@ -319,24 +319,6 @@ class Divide(Binary):
         return unbroadcast(ga, a.shape, a.dtype), unbroadcast(gb, b.shape, b.dtype)
 
 
-#: integer exponents up to this run as multiplications (exact signs, no pow call)
-MAX_SQUARINGS_POWER = 64
-
-
-def _integer_power(a, n: int, dtype: str):
-    """``a ** n`` by repeated squaring; ``x ** 0`` is 1, NaN included, as in numpy."""
-    result, base, k = None, a, abs(n)
-    while k:
-        if k & 1:
-            result = base if result is None else result * base
-        k >>= 1
-        if k:
-            base = base * base
-    if result is None:
-        return tirx.const(1, dtype)
-    return tirx.const(1, dtype) / result if n < 0 else result
-
-
 @register
 class Power(Binary):
     name = "power"
@@ -347,20 +329,7 @@ class Power(Binary):
     def infer_dtype(self, a, b):
         return promote(self.name, a, b, allowed=FLOATS)  # pow of two ints is not computed
 
-    @staticmethod
-    def expr(a, b):
-        if isinstance(b, tirx.FloatImm):
-            if b.value == 0.5:  # numpy takes x ** 0.5 as sqrt(x): (-inf) ** 0.5 is NaN there, inf for pow
-                return tirx.sqrt(a)
-            if b.value == int(b.value) and abs(b.value) <= MAX_SQUARINGS_POWER:
-                return _integer_power(a, int(b.value), dtype_of(b))
-        dtype = dtype_of(a)
-        if dtype == "float64":
-            return tirx.power(a, b)
-        # in float64: CUDA kernels are built with fast math, whose single-precision
-        # pow is exp2(b * log2(a)) (NaN for a negative base, 1 ** inf and inf ** 0);
-        # the double-precision pow keeps every IEEE special case, as numpy does
-        return tirx.power(a.astype("float64"), b.astype("float64")).astype(dtype)
+    expr = staticmethod(fastmath.power)
 
     def gradient(self, g, node):
         a, b = node.inputs

@@ -1,4 +1,4 @@
-"""Vectorizable float32 ``exp``.
+"""Vectorizable float32 ``exp``, and ``pow`` as numpy computes it on every target.
 
 LLVM lowers a vector ``exp`` to one libm call per lane; this Cephes-style
 polynomial (range reduction by ln 2, degree-5 polynomial, exponent built with
@@ -7,6 +7,13 @@ of the exact result over the normal range (subnormal results keep the
 absolute error below 1e-44). Beyond float32's range it returns inf and 0;
 NaN propagates.
 Other dtypes use ``tirx.exp``.
+
+``power``: an integer exponent up to ``MAX_SQUARINGS_POWER`` is repeated
+squaring (exact signs for a negative base, no libm call), ``x ** 0.5`` is
+``sqrt(x)`` as numpy takes it; any other float32 ``pow`` runs in float64, as
+CUDA kernels are built with fast math, whose single-precision pow is
+``exp2(b * log2(a))`` (NaN for a negative base, ``1 ** inf`` and ``inf ** 0``)
+while the double-precision one keeps every IEEE special case.
 """
 from __future__ import annotations
 
@@ -45,3 +52,34 @@ def exp(v):
     body = tirx.Let(r, clamped - n * f(_LN2_HI) - n * f(_LN2_LO), body)
     body = tirx.Let(n, n_value, body)
     return tirx.Let(x, v, body)
+
+
+#: integer exponents up to this run as multiplications
+MAX_SQUARINGS_POWER = 64
+
+
+def power(a, b):
+    """``a ** b`` as a TIR expression (``b`` a constant or an expression)."""
+    if isinstance(b, tirx.FloatImm):
+        if b.value == 0.5:  # numpy takes x ** 0.5 as sqrt(x): (-inf) ** 0.5 is NaN there, inf for pow
+            return tirx.sqrt(a)
+        if b.value == int(b.value) and abs(b.value) <= MAX_SQUARINGS_POWER:
+            return _integer_power(a, int(b.value), dtype_of(b))
+    dtype = dtype_of(a)
+    if dtype == "float64":
+        return tirx.power(a, b)
+    return tirx.power(a.astype("float64"), b.astype("float64")).astype(dtype)
+
+
+def _integer_power(a, n: int, dtype: str):
+    """``a ** n`` by repeated squaring; ``x ** 0`` is 1, NaN included, as in numpy."""
+    result, base, k = None, a, abs(n)
+    while k:
+        if k & 1:
+            result = base if result is None else result * base
+        k >>= 1
+        if k:
+            base = base * base
+    if result is None:
+        return tirx.const(1, dtype)
+    return tirx.const(1, dtype) / result if n < 0 else result

@@ -92,3 +92,19 @@ def test_the_reported_cases(op, args, want):
     attrs = {"dtype": "bool"} if op == "cast" else {}
     got = kiln.build(op, [a.shape for a in arrays], "float32", attrs)(*arrays)
     np.testing.assert_array_equal(got, np.asarray(want, got.dtype))
+
+
+@pytest.mark.parametrize("target", TARGETS)
+def test_power_keeps_every_ieee_special_case(target):
+    """Every pair of bases and exponents among the specials, negatives and
+    integers, as numpy gives them: CUDA's fast-math powf got (-2) ** 3 and
+    (-inf) ** 1.5 as NaN; integer scalar exponents are multiplications."""
+    v = np.array([-2.0, -0.5, 0.0, -0.0, 0.5, 1.0, 2.0, np.nan, np.inf, -np.inf, 1.5, -1.0, 3.0], "float32")
+    a, b = (x.ravel().copy() for x in np.meshgrid(v, v))
+    got = kiln.build("power", [a.shape, b.shape], target=target)(a, b)
+    with np.errstate(all="ignore"):
+        np.testing.assert_allclose(got, np.power(a, b), rtol=3e-7, atol=0)
+        for n in (3, -3, 0, 2, 7):
+            kernel = kiln.build("power_scalar", [v.shape], attrs={"scalar": n}, target=target)
+            assert "T.pow(" not in kernel.script()
+            np.testing.assert_allclose(kernel(v), np.power(v, np.float32(n)), rtol=1e-6, atol=0, err_msg=f"** {n}")
