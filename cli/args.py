@@ -55,7 +55,8 @@ def add_op_arguments(parser: argparse.ArgumentParser, required: bool = True, rec
     """``op --shape --dtype --attr --target`` and, unless ``records=False``
     (``kiln tune`` defines its own), ``--records`` read by ``apply_records_arg``."""
     parser.add_argument("op", nargs=None if required else "?", help="a registered op (see `kiln ops`)")
-    parser.add_argument("--shape", required=required, help="input shapes, e.g. 1024x1024x1024 (matmul MxKxN) or 64x128,128")
+    parser.add_argument("--shape", required=required,
+                        help="input shapes, e.g. 1024x1024x1024 (matmul MxKxN) or 64x128,128")
     parser.add_argument("--dtype", default="float32", help="input dtype(s), comma-separated (default float32)")
     parser.add_argument("--attr", action="append", default=[], metavar="KEY=VALUE",
                         help="an op attribute, value as a Python literal (repeatable)")

@@ -64,7 +64,7 @@ def bind_flat(sch, block, cfg: Config, prefix: str = "") -> None:
     vec = vector_knob(cfg, prefix + "vector", str(sch.get(block).writes[0].source.dtype),
                       default=4 if n is not None and n % (4 * threads) == 0 else 1)
     if vec > 1 and (n is None or n % vec or not vectorizable(sch, block)):
-        vec = 1  # a vector with a tail would need a predicate per lane
+        vec = 1  # a vector with a tail would need a predicate per lane; some stages CUDA cannot vectorize
     if vec > 1:
         bx, tx, vx = sch.split(fused, [None, threads, vec])
         sch.vectorize(vx)
