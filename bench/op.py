@@ -49,6 +49,7 @@ def compare_op(op: str, shapes, dtypes=None, attrs=None, target=None, repeat: in
         side[key] = amount / 1e9 / side["median_s"]
     return {"op": op.name, "shapes": [list(s) for s in kernel.shapes], "dtypes": list(kernel.dtypes),
             "attrs": dict(kernel.attrs), "target": str(kernel.target), "cpu": as_target(None).mcpu,
+            "device": tvm.cuda(0).device_name if target.kind == "cuda" else target.mcpu,
             "threads": tvm.runtime.num_threads(), "unit": unit, **sides,
             "ratio": sides["numpy"]["median_s"] / sides["kiln"]["median_s"],
             "noisy": sides["kiln"]["noisy"] or sides["numpy"]["noisy"],

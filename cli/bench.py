@@ -61,7 +61,9 @@ def _run_op(args) -> int:
         return 0
     key = "gflops" if res["unit"] == "GFLOPS" else "gbps"
     blas = ", ".join(f"{b['internal_api']} {b['architecture']}" for b in res["blas"]) or "no BLAS"
-    print(f"{res['op']} {res['shapes']} {res['dtypes']} on {res['target']}, {res['threads']} threads")
+    where = f"{res['device']}, numpy on {res['threads']} CPU threads" if res["target"].startswith("cuda") \
+        else f"{res['threads']} threads"
+    print(f"{res['op']} {res['shapes']} {res['dtypes']} on {res['target']} ({where})")
     for side in ("kiln", "numpy"):
         s = res[side]
         warm = f"warmed up in {s['warmup']['samples']} samples" + ("" if s["warmup"]["stable"] else " (not stable)")
