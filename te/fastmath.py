@@ -63,7 +63,7 @@ def power(a, b):
     if isinstance(b, tirx.FloatImm):
         if b.value == 0.5:  # numpy takes x ** 0.5 as sqrt(x): (-inf) ** 0.5 is NaN there, inf for pow
             return tirx.sqrt(a)
-        if b.value == int(b.value) and abs(b.value) <= MAX_SQUARINGS_POWER:
+        if abs(b.value) <= MAX_SQUARINGS_POWER and b.value == int(b.value):  # not for inf or NaN
             return _integer_power(a, int(b.value), dtype_of(b))
     dtype = dtype_of(a)
     if dtype == "float64":

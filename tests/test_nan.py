@@ -108,3 +108,11 @@ def test_power_keeps_every_ieee_special_case(target):
             kernel = kiln.build("power_scalar", [v.shape], attrs={"scalar": n}, target=target)
             assert "T.pow(" not in kernel.script()
             np.testing.assert_allclose(kernel(v), np.power(v, np.float32(n)), rtol=1e-6, atol=0, err_msg=f"** {n}")
+
+
+def test_power_by_an_infinite_or_nan_scalar_is_numpys():
+    x = np.array([0.5, 2.0, -1.0, 1.0, -0.5, np.nan], "float32")
+    with np.errstate(all="ignore"):
+        for scalar in (np.inf, -np.inf, np.nan, 1e30):
+            got = kiln.build("power_scalar", [x.shape], attrs={"scalar": scalar})(x)
+            np.testing.assert_array_equal(got, np.power(x, np.float32(scalar)), err_msg=f"** {scalar}")
