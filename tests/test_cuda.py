@@ -73,7 +73,8 @@ def test_default_and_sampled_configs_match_numpy_on_the_gpu(case):
     """The same configs, compiled for the GPU present (``kiln.cuda()`` reads its
     architecture) and run on it."""
     target = kiln.cuda()
-    task, space = _task(case, target), Space(_task(case, target))
+    task = _task(case, target)
+    space = Space(task)
     inputs, expected = task.data()
     rng = np.random.default_rng(0)
     for config in [space.default] + [space.sample(rng) for _ in range(2)]:

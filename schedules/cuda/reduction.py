@@ -82,10 +82,10 @@ def _same_shape_rows(sch, out, cfg: Config) -> bool:
     producers = [b for b in blocks(sch) if block_name(sch, b) != block_name(sch, out)]
     out_ext = [const_int(extent(sch, lp)) for lp in sch.get_loops(out)]
     for b in producers:
-        spatial, _ = _split_loops(sch, b)
+        spatial, reduce = _split_loops(sch, b)
         if not is_reduction(sch, b) or [const_int(extent(sch, lp)) for lp in spatial] != out_ext:
             return False
-        if work(sch, _split_loops(sch, b)[1]) == 1:  # under the row its unit loop vanishes: nothing for threads
+        if work(sch, reduce) == 1:  # under the row its unit loop vanishes: nothing for threads
             return False
     if is_reduction(sch, out) or not producers:
         return False
