@@ -28,23 +28,27 @@ from ..outputs import atomic_path, check_output_path
 from ..runtime.device import as_target
 from ..version import __version__
 from .fold import fold_affine
-from .fuse import fuse_epilogues
+from .fuse import fuse_epilogues, fuse_pools
 from .layout import block_layouts
 from .prepack import prepack_weights
 from .lower import build_module, kernel_nodes, node_workload
 from .trace import trace
 
 FORMAT = "kiln-model-1"
+
+
 def optimize(graph, target=None, winograd: bool = True):
     """Run the export passes over ``graph`` in order, in place, and return it:
     fold affine chains into weights, fuse elementwise epilogues, pre-pack
     constant weights for ``target`` (default the CPU; 3x3 stride-1 convs as
     Winograd convolutions unless ``winograd=False``), carry channel-blocked
-    layouts between the packed convolutions."""
+    layouts between the packed convolutions, fuse a global pool into the
+    Winograd convolution it reads."""
     fold_affine(graph)
     fuse_epilogues(graph)
     prepack_weights(graph, as_target(target), winograd)
     block_layouts(graph)
+    fuse_pools(graph)
     return graph
 
 

@@ -11,6 +11,14 @@ the intermediate is never written to memory (``graph.lower`` inlines the
 epilogue into the producer's last block). ``dense`` takes a following relu
 as its own ``relu`` attribute, the epilogue its template already computes.
 Reshapes are left alone: they lower to views, not kernels.
+
+``fuse_pools`` (after the layout pass) gives a reduction the same treatment
+where the producer's schedule allows it: a channel-blocked global average
+pool reading a Winograd convolution joins it as the last entry of its
+epilogue, and ``graph.lower`` computes it inside the convolution's parallel
+task (an image's channel block), from the tile of output the task has just
+written to its cache, so the convolution's output is never written to memory
+and the pool is not a kernel of its own.
 """
 from __future__ import annotations
 
@@ -19,6 +27,11 @@ from .ir import Graph, Node
 COMMUTATIVE = ("add", "multiply", "maximum", "equal")
 NOT_FUSED = ("reshape",)  # views in the lowered module
 DENSE = ("dense", "dense_packed")  # a relu after them is their own ``relu`` attribute
+#: producers each of whose parallel tasks writes whole maps of one image's
+#: channel block (``schedules.cpu.winograd``: a task per image and block), so a
+#: global pool of their output can run inside the task
+POOLED = ("conv2d_winograd",)
+POOL = "global_avg_pool2d"
 
 
 def _absorbable(graph: Graph, node: Node) -> Node | None:
@@ -33,12 +46,26 @@ def _absorbable(graph: Graph, node: Node) -> Node | None:
         if user.op.name not in COMMUTATIVE or user.inputs[1] is not out:
             return None
         user.inputs = [user.inputs[1], user.inputs[0]]
+    return user if _movable(graph, node, user) else None
+
+
+def _movable(graph: Graph, node: Node, user: Node) -> bool:
+    """Whether ``node`` can move to its consumer ``user``'s place: no update
+    between the two overwrites what ``node`` reads."""
     reads = {id(v) for v in node.operands()}
     between = graph.nodes[graph.nodes.index(node) + 1:graph.nodes.index(user)]
-    if any(m.inplace and any(id(m.inputs[m.op.inplace[k]]) in reads for k in range(len(m.outputs)))
-           for m in between):
-        return None  # moved to the consumer's place, the producer would read what an update overwrote
-    return user
+    return not any(m.inplace and any(id(m.inputs[m.op.inplace[k]]) in reads for k in range(len(m.outputs)))
+                   for m in between)
+
+
+def _absorb(graph: Graph, node: Node, user: Node) -> None:
+    """``node`` takes the consumer ``user``'s output and place (its other
+    operands, such as a bias reshaped after the producer, exist there, and
+    nothing between the two read the producer's output, its sole reader)."""
+    node.outputs = [user.outputs[0]]
+    user.outputs[0].node = node
+    graph.nodes.remove(node)
+    graph.nodes[graph.nodes.index(user)] = node
 
 
 def fuse_epilogues(graph: Graph) -> int:
@@ -53,11 +80,22 @@ def fuse_epilogues(graph: Graph) -> int:
                 node.attrs = {**node.attrs, "relu": True}
             else:
                 node.epilogue.append((user.op, dict(user.attrs), list(user.inputs[1:])))
-            node.outputs = [user.outputs[0]]
-            user.outputs[0].node = node
-            # the fused node takes the consumer's place: its other operands (a bias reshaped after the
-            # producer) exist there, and nothing between the two read the producer's output (its sole reader)
-            graph.nodes.remove(node)
-            graph.nodes[graph.nodes.index(user)] = node
+            _absorb(graph, node, user)
             absorbed += 1
     return absorbed
+
+
+def fuse_pools(graph: Graph) -> int:
+    """Fuse each channel-blocked global average pool into the ``POOLED``
+    convolution it alone reads; return how many were fused."""
+    fused = 0
+    for node in list(graph.nodes):
+        if node.op.name not in POOLED or len(node.outputs) != 1 or not node.attrs["out_block"]:
+            continue
+        user = graph.sole_user(node.outputs[0])
+        if user is None or user.op.name != POOL or user.attrs["layout"] != "NCHWc" or not _movable(graph, node, user):
+            continue
+        node.epilogue.append((user.op, dict(user.attrs), []))
+        _absorb(graph, node, user)
+        fused += 1
+    return fused

@@ -40,7 +40,8 @@ class Value:
 class Node:
     """An op applied to values. ``epilogue`` lists the elementwise ops fused
     into its write-back (``graph.fuse``): ``(op, attrs, other operands)``, each
-    taking the running result as its first input. An ``inplace`` node wrote
+    taking the running result as its first input; a reduction (a global pool)
+    can end the list. An ``inplace`` node wrote
     its outputs over its inputs when it was recorded; its outputs are still
     new values here, and ``Graph.writes_inputs`` says when lowering may keep
     it in place."""

@@ -4,6 +4,9 @@ Every node becomes one PrimFunc (``BlockBuilder.emit_te`` of its op's
 ``compute`` followed by its epilogue's), scheduled with the template dispatch
 picks for its op; the epilogue's blocks are then inlined into the producer's
 last block (``reverse_compute_inline``), so a fused chain writes memory once.
+A reduction ending the epilogue (a pool, ``graph.fuse.fuse_pools``) is
+computed inside the producer's outermost loop, its parallel task, from the
+part of the output the task wrote.
 A reshape becomes a Relax view (no kernel, no copy). Constants are Relax
 constants, embedded in the module.
 """
@@ -20,6 +23,7 @@ from ..errors import ExportError, KilnError, tvm_message
 from ..runtime.build import tuned_config
 from ..runtime.lower import schedule
 from ..schedules.generic import schedule_injective
+from ..schedules.util import is_reduction, loop_kinds
 from ..te.shapes import is_static
 from .align import input_params, unaligned
 from .ir import Graph, Node
@@ -264,7 +268,7 @@ def schedule_kernels(mod: tvm.IRModule, kernels: dict, target, configure=None) -
         if not isinstance(func, tirx.PrimFunc) or node is None:
             continue
         workload = node_workload(node)
-        blocks = _block_names(func)
+        blocks, reductions = _blocks(func)
         head = blocks.index(node.op.name) if node.op.name in blocks else len(blocks) - 1 - len(node.epilogue)
         tuned = tuned_of(workload, target)
 
@@ -277,16 +281,45 @@ def schedule_kernels(mod: tvm.IRModule, kernels: dict, target, configure=None) -
                 raise
             warnings.warn(f"kiln: ignoring the tuning record for {node.name}: {exc}", RuntimeWarning, stacklevel=2)
             lowered = settle(workload, configure, lower_fn)[0]
-        for name in blocks[head + 1:]:
+        tail = next((k for k in range(head + 1, len(blocks)) if reductions[k]), len(blocks))
+        for name in blocks[head + 1:tail]:
             _inline_epilogue(lowered, name, node)
+        if tail < len(blocks):
+            _reduce_in_task(lowered.sch, blocks[tail:], node)
         mod[gv] = lowered.sch.mod["main"].with_attr("global_symbol", gv.name_hint)
     return mod
 
 
-def _block_names(func) -> list[str]:
-    """The names of the function's top-level blocks, in order."""
+def _blocks(func) -> tuple[list[str], list[bool]]:
+    """The names of the function's top-level blocks, in order, and whether each is a reduction."""
     sch = tvm.s_tir.Schedule(func)
-    return [sch.get(b).name_hint for b in sch.get_child_blocks(sch.get_sblock("root"))]
+    blocks = sch.get_child_blocks(sch.get_sblock("root"))
+    return [sch.get(b).name_hint for b in blocks], [is_reduction(sch, b) for b in blocks]
+
+
+def _reduce_in_task(sch, names: list[str], node: Node) -> None:
+    """Compute the reduction ``names[0]`` and the blocks after it (a pool's
+    sums, then its mean) inside the outermost loop of the block they read,
+    the producer's parallel task: each task reduces the outputs it wrote,
+    the reduced axes outside the kept ones, the innermost kept loop (a
+    channel block) vectorized."""
+    try:
+        task = sch.get_loops(sch.get_producers(sch.get_sblock(names[0]))[0])[0]
+        for name in names:
+            block = sch.get_sblock(name)
+            sch.reverse_compute_at(block, task)
+            loops = sch.get_loops(block)[1:]
+            kinds = loop_kinds(sch, block)[1:]
+            kept = [lp for lp, reduce in zip(loops, kinds) if not reduce]
+            reduced = [lp for lp, reduce in zip(loops, kinds) if reduce]
+            if kept:
+                sch.reorder(*reduced, *kept)
+                sch.vectorize(kept[-1])
+            if reduced:
+                sch.decompose_reduction(block, reduced[0])
+    except Exception as exc:  # noqa: BLE001 - the graph pass fuses only producers whose tasks allow it
+        raise ExportError(f"could not compute the fused {names[-1]} inside {node.op.name}'s tasks: "
+                          f"{tvm_message(exc)}", op=node.op.name, arg="model") from exc
 
 
 def _inline_epilogue(lowered, name: str, node: Node) -> None:

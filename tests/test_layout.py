@@ -43,8 +43,8 @@ def test_the_cnn_carries_blocks_from_conv_to_conv_to_pooling(images, tmp_path):
     graph = _optimized(model, images)
     assert _summary(graph) == [
         ("conv2d_packed_add_relu", 0, True),        # reads the NCHW input as it is, writes blocks
-        ("conv2d_winograd_add_relu", 16, True),     # reads the blocks, writes blocks (3x3 on a small map)
-        ("global_avg_pool2d", None, "NCHWc"),        # pools the blocks
+        # reads the blocks, writes blocks (3x3 on a small map), pooled in its tasks (graph.fuse.fuse_pools)
+        ("conv2d_winograd_add_relu_global_avg_pool2d", 16, True),
         ("from_blocked", None, None),                # the one conversion: on the 1x1 pooled output
         ("reshape", None, None), ("dense_packed", None, None)]
     assert graph.nodes[1].inputs[0] is graph.nodes[0].outputs[0]
@@ -107,8 +107,9 @@ def test_a_residual_of_an_nchw_value_is_converted_once_at_the_edge(tmp_path):
     x = np.random.default_rng(3).standard_normal((64, 16, 6, 6)).astype("float32")
     model = ResidualOfInput().eval()
     graph = _optimized(model, x)
-    assert [n.op.name for n in graph.nodes] == ["conv2d_winograd", "to_blocked", "conv2d_winograd",
-                                                "global_avg_pool2d", "from_blocked", "reshape"]
+    assert [n.name for n in graph.nodes] == ["conv2d_winograd_add_relu", "to_blocked",
+                                             "conv2d_winograd_add_add_relu_global_avg_pool2d", "from_blocked",
+                                             "reshape"]
     convert, second = graph.nodes[1], graph.nodes[2]
     assert convert.inputs[0] is graph.inputs[0] and convert.attrs["block"] == 16
     assert second.attrs["in_block"] == 16 and second.attrs["out_block"]

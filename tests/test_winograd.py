@@ -1,15 +1,18 @@
 """Winograd F(2x2, 3x3) and F(4x4, 3x3) inference convolutions: the weight
 transform and ``conv2d_winograd`` against the direct convolution they
-replace, and the export choosing them and their output tile."""
+replace, the export choosing them and their output tile, and a global pool
+computed inside one."""
 import numpy as np
 import pytest
 
 import kiln
+from kiln import nn
 from kiln.errors import AttrError, ShapeError
 from kiln.graph.export import optimize
 from kiln.graph.prepack import winograd_tile
 from kiln.graph.trace import trace
 from kiln.nn.train import build_model
+from kiln.runtime import Predictor
 from kiln.te import get_op
 from kiln.te.conv import _conv_nchw
 from kiln.te.layout import blocked_array
@@ -111,3 +114,26 @@ def test_optimize_can_keep_every_conv_direct():
     model = build_model("cnn", (1, 8, 8), 10).eval()
     graph = optimize(trace(model, np.zeros((1, 1, 8, 8), "float32")), kiln.cpu(), winograd=False)
     assert [n.op.name for n in graph.nodes if n.op.name.startswith("conv2d")] == ["conv2d_packed", "conv2d_packed"]
+
+
+def test_a_global_pool_runs_inside_the_winograd_conv(tmp_path):
+    """The pool after a Winograd conv joins its epilogue and runs in its
+    tasks (every entry: one thread at batch 1, in parallel above), equal to
+    the model's eval forward; on a 7x7 map (the last tiles cut) with 40
+    channels (blocks, the last one padded). The zoo's resnet and cnn exports
+    (tests/test_zoo.py, tests/test_graph.py) run it on whole tiles."""
+    size, channels = 7, 40
+    nn.init.manual_seed(0)
+    model = nn.Sequential(nn.Conv(3, 16, 3), nn.ReLU(), nn.Conv(16, channels, 3), nn.BatchNorm2d(channels),
+                          nn.ReLU(), nn.GlobalAvgPool2d(), nn.Linear(channels, 10))
+    x = np.random.default_rng(0).standard_normal((64, 3, size, size)).astype("float32")
+    model(kiln.Tensor(x))  # BatchNorm statistics away from (0, 1)
+    model.eval()
+    graph = optimize(trace(model, x[:1]), kiln.cpu())
+    names = [n.name for n in graph.nodes]
+    assert "conv2d_winograd_add_relu_global_avg_pool2d" in names and "global_avg_pool2d" not in names, names
+    tile = next(n for n in graph.nodes if n.op.name == "conv2d_winograd").inputs[1].shape[1] - 2
+    predictor = Predictor(kiln.export(model, x[:1], tmp_path / "m.so"))
+    for batch in (1, 7, 64):
+        want = model(kiln.Tensor(x[:batch])).numpy()
+        assert np.abs(predictor(x[:batch]) - want).max() <= RELATIVE[tile] * np.abs(want).max(), batch

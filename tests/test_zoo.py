@@ -61,15 +61,18 @@ def test_exported_resnet_folds_its_batchnorms_fuses_its_adds_and_matches_its_eva
 
     model = resnet_with_statistics()
     graph = optimize(trace(model, np.zeros((1,) + IMAGE, "float32")))
-    # 6 convs (stem, 2 per block, the projection; the 3x3 stride-1 ones past the stem as Winograd), pooling,
-    # the classifier: no elementwise kernel left; the convs hand each other channel blocks, converted back to
-    # NCHW once, after the pooling (graph.layout). A conv fused with its residual add takes the add's place:
-    # the second block's projection comes before the conv its output is added to
+    # 6 convs (stem, 2 per block, the projection; the 3x3 stride-1 ones past the stem as Winograd), the
+    # classifier: no elementwise kernel left, the pooling computed in the last conv's tasks; the convs hand
+    # each other channel blocks, converted back to NCHW once, after the pooling (graph.layout). A conv fused
+    # with its residual add takes the add's place: the second block's projection comes before the conv its
+    # output is added to
     packed, winograd = "conv2d_packed", "conv2d_winograd"
     assert [n.op.name for n in graph.nodes] == [packed, winograd, winograd, packed, packed, winograd,
-                                                "global_avg_pool2d", "from_blocked", "reshape", "dense_packed"]
+                                                "from_blocked", "reshape", "dense_packed"]
+    assert graph.nodes[5].name == "conv2d_winograd_add_add_relu_global_avg_pool2d"
     epilogues = [(op.name, others) for n in graph.nodes for op, _, others in n.epilogue]
-    assert {name for name, _ in epilogues} == {"add", "relu"}  # BatchNorm's subtract and multiply: folded
+    # BatchNorm's subtract and multiply: folded
+    assert {name for name, _ in epilogues} == {"add", "relu", "global_avg_pool2d"}
     residual_adds = [name for name, others in epilogues if any(not v.is_const for v in others)]
     assert residual_adds == ["add", "add"]  # one per block, in a conv's write-back
     predictor = kiln.runtime.Predictor(export(model, np.zeros((1,) + IMAGE, "float32"), tmp_path / "resnet.so"))
