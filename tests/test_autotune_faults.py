@@ -99,24 +99,24 @@ def _record_lines(path):
 
 def test_sigkilled_run_resumes_without_measuring_a_config_twice(tmp_path):
     path = tmp_path / "records.jsonl"
-    cmd = [sys.executable, "-m", "kiln.cli", "tune", "matmul", "--shape", "40x48x56", "--trials", "20", "--batch", "4",
+    cmd = [sys.executable, "-m", "kiln.cli", "tune", "matmul", "--shape", "40x48x56", "--trials", "12", "--batch", "4",
            "--tuner", "random", "--records", str(path)]
     proc = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True)
     deadline = time.monotonic() + 120
-    while _record_lines(path) < 8 and time.monotonic() < deadline and proc.poll() is None:
+    while _record_lines(path) < 4 and time.monotonic() < deadline and proc.poll() is None:
         time.sleep(0.05)
     os.killpg(proc.pid, signal.SIGKILL)
     proc.wait()
     killed_at = _record_lines(path)
-    assert 8 <= killed_at < 20, "the run should have been killed mid-way"
+    assert 4 <= killed_at < 12, "the run should have been killed mid-way"
     out = subprocess.run(cmd + ["--resume", "--json"], capture_output=True, text=True, timeout=300)
     assert out.returncode == 0, out.stderr
     summary = json.loads(out.stdout)
     recs = [r for r in records.load(path) if not records.is_confirmed(r)]
     keys = [config_key(r["config"]) for r in recs]
-    assert len(recs) == 20 and len(set(keys)) == 20
-    assert summary["trials"] == 20 and summary["measured_now"] == 20 - killed_at
-    assert sorted(r["trial"] for r in recs) == list(range(20))
+    assert len(recs) == 12 and len(set(keys)) == 12
+    assert summary["trials"] == 12 and summary["measured_now"] == 12 - killed_at
+    assert sorted(r["trial"] for r in recs) == list(range(12))
 
 
 # -- RPC: a tracker and two servers on 127.0.0.1 --------------------------------
@@ -171,7 +171,7 @@ def rpc_cluster():
 def test_rpc_tuning_through_a_tracker_survives_a_server_dying(tmp_path, rpc_cluster):
     port, servers, _ = rpc_cluster
     task = Task.create("matmul", [(40, 48), (48, 56)])
-    runner = RPCRunner("127.0.0.1", port, "kiln-test", n_parallel=2, repeat=3, min_repeat_ms=300, timeout=60)
+    runner = RPCRunner("127.0.0.1", port, "kiln-test", n_parallel=2, repeat=3, min_repeat_ms=100, timeout=60)
     victim = psutil.Process(servers[0].pid)
     killed = threading.Event()
 
@@ -197,12 +197,12 @@ def test_rpc_tuning_through_a_tracker_survives_a_server_dying(tmp_path, rpc_clus
 
         threading.Thread(target=watch, daemon=True).start()
 
-    result = tune(task, trials=16, tuner="random", records=tmp_path / "r.jsonl", runner=runner, batch_size=4,
+    result = tune(task, trials=12, tuner="random", records=tmp_path / "r.jsonl", runner=runner, batch_size=4,
                   callback=kill_during_a_session)
     runner.close()
     assert killed.is_set(), "no measurement reached the server to be killed"
     recs = result.trials
-    assert len(recs) == 16 and len({config_key(r["config"]) for r in recs}) == 16
+    assert len(recs) == 12 and len({config_key(r["config"]) for r in recs}) == 12
     errors = [r for r in recs if r["error"]]
     assert errors and all(e["error"]["kind"] in ("rpc", "crash", "timeout") for e in errors)
     ok = [r for r in recs if records.is_ok(r)]
