@@ -28,7 +28,7 @@ from ..outputs import atomic_path, check_output_path
 from ..runtime.device import as_target
 from ..version import __version__
 from .fold import fold_affine
-from .fuse import fuse_epilogues, fuse_pools
+from .fuse import fuse_epilogues, fuse_pools, fuse_prologues
 from .layout import block_layouts
 from .prepack import prepack_weights
 from .lower import build_module, kernel_nodes, node_workload
@@ -43,12 +43,14 @@ def optimize(graph, target=None, winograd: bool = True):
     constant weights for ``target`` (default the CPU; 3x3 stride-1 convs as
     Winograd convolutions unless ``winograd=False``), carry channel-blocked
     layouts between the packed convolutions, fuse a global pool into the
-    Winograd convolution it reads."""
+    Winograd convolution it reads and a small direct convolution into the
+    Winograd convolution reading it."""
     fold_affine(graph)
     fuse_epilogues(graph)
     prepack_weights(graph, as_target(target), winograd)
     block_layouts(graph)
     fuse_pools(graph)
+    fuse_prologues(graph)
     return graph
 
 

@@ -19,8 +19,17 @@ epilogue, and ``graph.lower`` computes it inside the convolution's parallel
 task (an image's channel block), from the tile of output the task has just
 written to its cache, so the convolution's output is never written to memory
 and the pool is not a kernel of its own.
+
+``fuse_prologues`` does the same for a producer: a direct convolution whose
+output only a Winograd convolution of one output channel block reads, an
+image of it small enough for the task's cache, becomes that convolution's
+``prologue``, computed image by image inside its tasks (the digits CNN's
+first conv: its output never leaves the core that reads it, and one launch
+fewer).
 """
 from __future__ import annotations
+
+import numpy as np
 
 from .ir import Graph, Node
 
@@ -32,6 +41,10 @@ DENSE = ("dense", "dense_packed")  # a relu after them is their own ``relu`` att
 #: global pool of their output can run inside the task
 POOLED = ("conv2d_winograd",)
 POOL = "global_avg_pool2d"
+#: a producer computed in a Winograd conv's tasks (``fuse_prologues``), and
+#: the most bytes of its output per image
+PROLOGUE = "conv2d_packed"
+PROLOGUE_BYTES = 16 << 10
 
 
 def _absorbable(graph: Graph, node: Node) -> Node | None:
@@ -97,5 +110,42 @@ def fuse_pools(graph: Graph) -> int:
             continue
         node.epilogue.append((user.op, dict(user.attrs), []))
         _absorb(graph, node, user)
+        fused += 1
+    return fused
+
+
+def _one_block(node: Node) -> bool:
+    """Whether the Winograd conv writes one output channel block: a task per
+    image, so a prologue computed in it runs once per image."""
+    return -(-int(node.attrs["out_channels"]) // int(node.inputs[1].shape[4])) == 1
+
+
+def _image_bytes(value) -> int | None:
+    """Bytes of one image of ``value`` (None for a symbolic dim past the batch)."""
+    total = np.dtype(value.dtype).itemsize
+    for d in value.shape[1:]:
+        if not isinstance(d, int):
+            return None
+        total *= d
+    return total
+
+
+def fuse_prologues(graph: Graph) -> int:
+    """Make each direct convolution read only by a ``POOLED`` (Winograd)
+    convolution of one output channel block the prologue of that
+    convolution, where one image of its output is at most
+    ``PROLOGUE_BYTES``; return how many were fused."""
+    fused = 0
+    for node in list(graph.nodes):
+        x = node.inputs[0] if node.inputs else None
+        producer = x.node if x is not None else None
+        if (node.op.name not in POOLED or node.prologue is not None or producer is None
+                or producer not in graph.nodes or producer.op.name != PROLOGUE or producer.prologue is not None
+                or not producer.attrs["out_block"] or len(producer.outputs) != 1 or graph.sole_user(x) is not node
+                or not _one_block(node) or (_image_bytes(x) or PROLOGUE_BYTES + 1) > PROLOGUE_BYTES
+                or not _movable(graph, producer, node)):
+            continue
+        node.prologue = producer
+        graph.nodes.remove(producer)
         fused += 1
     return fused

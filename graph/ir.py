@@ -41,7 +41,9 @@ class Node:
     """An op applied to values. ``epilogue`` lists the elementwise ops fused
     into its write-back (``graph.fuse``): ``(op, attrs, other operands)``, each
     taking the running result as its first input; a reduction (a global pool)
-    can end the list. An ``inplace`` node wrote
+    can end the list. A ``prologue`` node (``graph.fuse.fuse_prologues``)
+    computes the node's first input inside its kernel: that input is no
+    operand, the prologue's operands are. An ``inplace`` node wrote
     its outputs over its inputs when it was recorded; its outputs are still
     new values here, and ``Graph.writes_inputs`` says when lowering may keep
     it in place."""
@@ -52,14 +54,18 @@ class Node:
     outputs: list = field(default_factory=list)
     epilogue: list = field(default_factory=list)
     inplace: bool = False  # each output overwrites the input ``op.inplace`` names (a recorded ``apply_``)
+    prologue: "Node | None" = None
 
     @property
     def name(self) -> str:
-        return "_".join([self.op.name] + [e[0].name for e in self.epilogue])
+        own = "_".join([self.op.name] + [e[0].name for e in self.epilogue])
+        return f"{self.prologue.name}_{own}" if self.prologue else own
 
     def operands(self) -> list:
-        """Every value the node reads: its inputs, then its epilogue's other operands."""
-        return list(self.inputs) + [v for _, _, others in self.epilogue for v in others]
+        """Every value the node reads: its inputs (the prologue's operands in
+        place of the first, when it has one), then its epilogue's other operands."""
+        inputs = self.prologue.operands() + self.inputs[1:] if self.prologue else list(self.inputs)
+        return inputs + [v for _, _, others in self.epilogue for v in others]
 
     def __repr__(self) -> str:
         return f"<node {self.name} {self.attrs}>"
@@ -141,16 +147,19 @@ class Graph:
                 env[id(v)] = Value(_concrete(v.shape, batch), v.dtype, name=v.name)
             return env[id(v)]
 
-        out.inputs = [copy(v) for v in self.inputs]
-        for node in self.nodes:
+        def copy_node(node: Node) -> Node:
             new = Node(node.op, _concrete(node.attrs, batch), [copy(v) for v in node.inputs],
                        epilogue=[(op, _concrete(attrs, batch), [copy(v) for v in others])
-                                 for op, attrs, others in node.epilogue], inplace=node.inplace)
+                                 for op, attrs, others in node.epilogue], inplace=node.inplace,
+                       prologue=node.prologue and copy_node(node.prologue))
             for v in node.outputs:
                 copied = copy(v)
                 copied.node = new
                 new.outputs.append(copied)
-            out.nodes.append(new)
+            return new
+
+        out.inputs = [copy(v) for v in self.inputs]
+        out.nodes = [copy_node(node) for node in self.nodes]
         out.outputs = [copy(v) for v in self.outputs]
         return out
 

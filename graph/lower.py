@@ -17,13 +17,13 @@ import warnings
 
 import numpy as np
 import tvm
-from tvm import relax, tirx
+from tvm import relax, te, tirx
 
 from ..errors import ExportError, KilnError, tvm_message
 from ..runtime.build import tuned_config
 from ..runtime.lower import schedule
 from ..schedules.generic import schedule_injective
-from ..schedules.util import is_reduction, loop_kinds
+from ..schedules.util import const_int, divisors, extent, is_reduction, loop_kinds
 from ..te.shapes import is_static
 from .align import input_params, unaligned
 from .ir import Graph, Node
@@ -32,10 +32,15 @@ VIEWS = ("reshape",)
 
 
 def _compute(node: Node):
-    """The node's tensor expression: its op, then each epilogue op on the running result."""
+    """The node's tensor expression, on its operands: its prologue's (giving
+    its first input), its op, then each epilogue op on the running result."""
     def compute(*tensors):
-        out = node.op.compute(*tensors[:len(node.inputs)], **node.attrs)
-        rest = list(tensors[len(node.inputs):])
+        rest = list(tensors)
+        if node.prologue is not None:
+            count = len(node.prologue.operands())
+            rest = [_compute(node.prologue)(*rest[:count]), *rest[count:]]
+        out = node.op.compute(*rest[:len(node.inputs)], **node.attrs)
+        rest = rest[len(node.inputs):]
         for op, attrs, others in node.epilogue:
             out = op.compute(out, *rest[:len(others)], **attrs)
             rest = rest[len(others):]
@@ -269,7 +274,9 @@ def schedule_kernels(mod: tvm.IRModule, kernels: dict, target, configure=None) -
             continue
         workload = node_workload(node)
         blocks, reductions = _blocks(func)
-        head = blocks.index(node.op.name) if node.op.name in blocks else len(blocks) - 1 - len(node.epilogue)
+        first = _block_count(node.prologue) if node.prologue is not None else 0
+        head = blocks.index(node.op.name, first) if node.op.name in blocks[first:] \
+            else len(blocks) - 1 - len(node.epilogue)
         tuned = tuned_of(workload, target)
 
         def lower_fn(config, func=func, workload=workload, block=blocks[head]):
@@ -286,6 +293,8 @@ def schedule_kernels(mod: tvm.IRModule, kernels: dict, target, configure=None) -
             _inline_epilogue(lowered, name, node)
         if tail < len(blocks):
             _reduce_in_task(lowered.sch, blocks[tail:], node)
+        if first:
+            _compute_in_task(lowered, blocks[:first], blocks[head], node)
         mod[gv] = lowered.sch.mod["main"].with_attr("global_symbol", gv.name_hint)
     return mod
 
@@ -320,6 +329,72 @@ def _reduce_in_task(sch, names: list[str], node: Node) -> None:
     except Exception as exc:  # noqa: BLE001 - the graph pass fuses only producers whose tasks allow it
         raise ExportError(f"could not compute the fused {names[-1]} inside {node.op.name}'s tasks: "
                           f"{tvm_message(exc)}", op=node.op.name, arg="model") from exc
+
+
+def _block_count(node: Node) -> int:
+    """How many top-level blocks ``node``'s tensor expression makes."""
+    args = [te.placeholder(v.shape, v.dtype) for v in node.operands()]
+    return len(_blocks(te.create_prim_func([*args, _compute(node)(*args)]))[0])
+
+
+def _compute_in_task(lowered, names: list[str], head: str, node: Node) -> None:
+    """Compute the prologue's blocks ``names`` (its op's stages, then its
+    epilogue's) inside the outermost loop of the block ``head``, the node's
+    parallel task: its last stage register-tiled as the direct conv's
+    micro-kernel (an output row's columns x its channels in registers, the
+    reduction outside them), its epilogue inlined into the tile's
+    write-back, the stages before it (a padding copy) vectorized rows."""
+    sch, prologue = lowered.sch, node.prologue
+    stages = names[:len(names) - len(prologue.epilogue)]
+    try:
+        block = sch.get_sblock(stages[-1])
+        acc = sch.cache_write(block, 0, "local")  # the block accumulates in registers; acc writes the output
+        for name in names[len(stages):]:
+            sch.reverse_compute_inline(sch.get_sblock(name))
+        task = sch.get_loops(sch.get_sblock(head))[0]
+        sch.compute_at(acc, task)
+        for name in reversed(stages):  # consumers first
+            sch.compute_at(sch.get_sblock(name), task)
+        for name in stages[:-1]:
+            sch.vectorize(sch.get_loops(sch.get_sblock(name))[-1])
+        _register_tile(sch, block, acc, lowered.cfg.target)
+    except KilnError:
+        raise
+    except Exception as exc:  # noqa: BLE001 - the graph pass fuses only producers whose tasks allow it
+        raise ExportError(f"could not compute {prologue.name} inside {node.op.name}'s tasks: {tvm_message(exc)}",
+                          op=node.op.name, arg="model") from exc
+
+
+def _register_tile(sch, block, acc, target) -> None:
+    """Schedule a reduction computed in a task (its loops below the task's):
+    the kept loops but the last two outside, then the reduction, then the
+    last two (columns, channels) as a register tile of accumulators, which
+    ``acc`` writes back once per tile."""
+    loops = sch.get_loops(block)[1:]
+    kinds = loop_kinds(sch, block)[1:]
+    kept = [lp for lp, reduce in zip(loops, kinds) if not reduce]
+    reduced = [lp for lp, reduce in zip(loops, kinds) if reduce]
+    if len(kept) < 2 or not reduced:
+        raise ExportError("expected a reduction with at least two kept loops", op="graph.lower", arg="prologue")
+    columns, channels = kept[-2:]
+    lanes = target.lanes(str(sch.get(block).writes[0].source.dtype))
+    vectors = -(-const_int(extent(sch, channels)) // lanes)
+    width = max(d for d in divisors(const_int(extent(sch, columns))) if d * vectors <= REGISTER_TILE)
+    outer, columns = sch.split(columns, [None, width])
+    sch.reorder(*kept[:-2], outer, *reduced, columns, channels)
+    sch.reverse_compute_at(acc, outer)
+    sch.vectorize(channels)
+    sch.unroll(columns)
+    for loop in reduced[1:]:
+        sch.unroll(loop)
+    sch.decompose_reduction(block, reduced[0])
+    *_, column, lane = sch.get_loops(acc)
+    sch.unroll(column)
+    sch.vectorize(lane)
+
+
+#: accumulator vectors of a prologue's register tile (``_register_tile``)
+REGISTER_TILE = 12
 
 
 def _inline_epilogue(lowered, name: str, node: Node) -> None:

@@ -27,6 +27,11 @@ def _optimized(model, x):
     return optimize(trace(model, x[:1]), kiln.cpu())
 
 
+def _convs(graph):
+    """The convolutions in order, a prologue (graph.fuse.fuse_prologues) before the conv computing it."""
+    return [c for n in graph.nodes if n.op.name in CONVS for c in ([n.prologue] if n.prologue else []) + [n]]
+
+
 def _summary(graph):
     """Each node as (name, in_block, out_block or the layout) for the nodes that have them."""
     return [(n.name, n.attrs.get("in_block"), n.attrs.get("out_block", n.attrs.get("layout"))) for n in graph.nodes]
@@ -41,14 +46,16 @@ def test_the_cnn_carries_blocks_from_conv_to_conv_to_pooling(images, tmp_path):
     nn.init.manual_seed(0)
     model = build_model("cnn", (1, 8, 8), 10).eval()
     graph = _optimized(model, images)
+    # the second conv reads blocks and writes blocks (3x3 on a small map), pooled in its tasks; the first,
+    # computed in those tasks (graph.fuse), reads the NCHW input as it is and writes it blocks
     assert _summary(graph) == [
-        ("conv2d_packed_add_relu", 0, True),        # reads the NCHW input as it is, writes blocks
-        # reads the blocks, writes blocks (3x3 on a small map), pooled in its tasks (graph.fuse.fuse_pools)
-        ("conv2d_winograd_add_relu_global_avg_pool2d", 16, True),
+        ("conv2d_packed_add_relu_conv2d_winograd_add_relu_global_avg_pool2d", 16, True),
         ("from_blocked", None, None),                # the one conversion: on the 1x1 pooled output
         ("reshape", None, None), ("dense_packed", None, None)]
-    assert graph.nodes[1].inputs[0] is graph.nodes[0].outputs[0]
-    assert len(graph.nodes[1].outputs[0].shape) == 5
+    first = graph.nodes[0].prologue
+    assert (first.attrs["in_block"], first.attrs["out_block"]) == (0, True)
+    assert graph.nodes[0].inputs[0] is first.outputs[0] and len(first.outputs[0].shape) == 5
+    assert len(graph.nodes[0].outputs[0].shape) == 5
     _matches(model, images, tmp_path)
 
 
@@ -59,7 +66,7 @@ def test_the_resnet_blocks_every_conv_and_its_residual_adds(images, tmp_path):
     model(kiln.Tensor(images))  # BatchNorm statistics away from (0, 1)
     model.eval()
     graph = _optimized(model, images)
-    convs = [n for n in graph.nodes if n.op.name in CONVS]
+    convs = _convs(graph)
     assert len(convs) == 6 and all(n.attrs["out_block"] for n in convs)
     out_blocks = [int(n.inputs[1].shape[-1]) for n in convs]  # each weight's channel block (the ISA's choice)
     # stem, block 1's two convs, block 2's first conv, 1x1 shortcut, second conv (fused with the residual add,

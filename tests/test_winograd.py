@@ -104,8 +104,10 @@ def test_the_export_picks_the_output_tile():
 def test_an_exported_cnn_runs_its_second_conv_as_winograd():
     model = build_model("cnn", (1, 8, 8), 10).eval()
     graph = optimize(trace(model, np.zeros((1, 1, 8, 8), "float32")), kiln.cpu())
-    assert [n.op.name for n in graph.nodes if n.op.name.startswith("conv2d")] == ["conv2d_packed", "conv2d_winograd"]
+    # the first conv computed in the second's tasks (graph.fuse.fuse_prologues)
+    assert [n.op.name for n in graph.nodes if n.op.name.startswith("conv2d")] == ["conv2d_winograd"]
     winograd = next(n for n in graph.nodes if n.op.name == "conv2d_winograd")
+    assert winograd.prologue.op.name == "conv2d_packed"
     assert winograd.attrs["in_block"] and winograd.attrs["out_block"]  # in the blocked region
     assert winograd.inputs[1].shape[1:3] == (6, 6)  # F(4x4, 3x3) on its 8x8 map
 
@@ -133,6 +135,44 @@ def test_a_global_pool_runs_inside_the_winograd_conv(tmp_path):
     names = [n.name for n in graph.nodes]
     assert "conv2d_winograd_add_relu_global_avg_pool2d" in names and "global_avg_pool2d" not in names, names
     tile = next(n for n in graph.nodes if n.op.name == "conv2d_winograd").inputs[1].shape[1] - 2
+    predictor = Predictor(kiln.export(model, x[:1], tmp_path / "m.so"))
+    for batch in (1, 7, 64):
+        want = model(kiln.Tensor(x[:batch])).numpy()
+        assert np.abs(predictor(x[:batch]) - want).max() <= RELATIVE[tile] * np.abs(want).max(), batch
+
+
+class ConvThenWinograd(nn.Module):
+    """A direct conv (``first``: not 3x3 stride 1, or too few input channels
+    for Winograd) read only by a Winograd conv of one channel block."""
+
+    def __init__(self, first):
+        self.first, self.second, self.bn = first, nn.Conv(16, 16, 3), nn.BatchNorm2d(16)
+        self.head = nn.Linear(16, 10)
+
+    def forward(self, x):
+        y = nn.ReLU()(self.first(x))
+        return self.head(nn.GlobalAvgPool2d()(nn.ReLU()(self.bn(self.second(y)))))
+
+
+@pytest.mark.parametrize("first, size, fused", [
+    (lambda: nn.Conv(3, 16, 3, stride=2), 9, True),  # stride 2 on an odd map: 5x5 images of 16 channels
+    (lambda: nn.Conv(2, 16, 5), 7, True),            # a 5x5 kernel, padding 2
+    (lambda: nn.Conv(1, 16, 3), 40, False),          # 100 KB an image: past PROLOGUE_BYTES, a kernel of its own
+], ids=["stride2", "5x5", "large"])
+def test_a_small_direct_conv_runs_inside_the_winograd_conv_reading_it(first, size, fused, tmp_path):
+    """The producer becomes the Winograd conv's prologue, computed image by
+    image in its tasks, where its output is small; every entry equals the
+    model's eval forward."""
+    nn.init.manual_seed(1)
+    model = ConvThenWinograd(first())
+    x = np.random.default_rng(1).standard_normal((64, model.first.weight.shape[1], size, size)).astype("float32")
+    model(kiln.Tensor(x))  # BatchNorm statistics away from (0, 1)
+    model.eval()
+    graph = optimize(trace(model, x[:1]), kiln.cpu())
+    winograd = next(n for n in graph.nodes if n.op.name == "conv2d_winograd")
+    assert (winograd.prologue is not None) == fused
+    assert sum(n.op.name == "conv2d_packed" for n in graph.nodes) == (0 if fused else 1)
+    tile = winograd.inputs[1].shape[1] - 2
     predictor = Predictor(kiln.export(model, x[:1], tmp_path / "m.so"))
     for batch in (1, 7, 64):
         want = model(kiln.Tensor(x[:batch])).numpy()

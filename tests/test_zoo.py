@@ -62,15 +62,17 @@ def test_exported_resnet_folds_its_batchnorms_fuses_its_adds_and_matches_its_eva
     model = resnet_with_statistics()
     graph = optimize(trace(model, np.zeros((1,) + IMAGE, "float32")))
     # 6 convs (stem, 2 per block, the projection; the 3x3 stride-1 ones past the stem as Winograd), the
-    # classifier: no elementwise kernel left, the pooling computed in the last conv's tasks; the convs hand
-    # each other channel blocks, converted back to NCHW once, after the pooling (graph.layout). A conv fused
-    # with its residual add takes the add's place: the second block's projection comes before the conv its
-    # output is added to
+    # classifier: no elementwise kernel left, the second block's first conv and the pooling computed in the
+    # last conv's tasks; the convs hand each other channel blocks, converted back to NCHW once, after the
+    # pooling (graph.layout). A conv fused with its residual add takes the add's place: the second block's
+    # projection comes before the conv its output is added to
     packed, winograd = "conv2d_packed", "conv2d_winograd"
-    assert [n.op.name for n in graph.nodes] == [packed, winograd, winograd, packed, packed, winograd,
+    assert [n.op.name for n in graph.nodes] == [packed, winograd, winograd, packed, winograd,
                                                 "from_blocked", "reshape", "dense_packed"]
-    assert graph.nodes[5].name == "conv2d_winograd_add_add_relu_global_avg_pool2d"
-    epilogues = [(op.name, others) for n in graph.nodes for op, _, others in n.epilogue]
+    assert graph.nodes[4].name == "conv2d_packed_add_relu_conv2d_winograd_add_add_relu_global_avg_pool2d"
+    assert graph.nodes[4].prologue.attrs["stride"] == (2, 2)
+    epilogues = [(op.name, others) for n in graph.nodes for m in ([n.prologue] if n.prologue else []) + [n]
+                 for op, _, others in m.epilogue]
     # BatchNorm's subtract and multiply: folded
     assert {name for name, _ in epilogues} == {"add", "relu", "global_avg_pool2d"}
     residual_adds = [name for name, others in epilogues if any(not v.is_const for v in others)]
