@@ -4,9 +4,9 @@ Every node becomes one PrimFunc (``BlockBuilder.emit_te`` of its op's
 ``compute`` followed by its epilogue's), scheduled with the template dispatch
 picks for its op; the epilogue's blocks are then inlined into the producer's
 last block (``reverse_compute_inline``), so a fused chain writes memory once.
-A reduction ending the epilogue (a pool, ``graph.fuse.fuse_pools``) is
-computed inside the producer's outermost loop, its parallel task, from the
-part of the output the task wrote.
+A reduction ending the epilogue (a pool, ``graph.fuse.fuse_pools``) and a
+prologue (``fuse_prologues``) are computed inside the kernel's parallel
+tasks (``graph.intask``).
 A reshape becomes a Relax view (no kernel, no copy). Constants are Relax
 constants, embedded in the module.
 """
@@ -23,9 +23,10 @@ from ..errors import ExportError, KilnError, tvm_message
 from ..runtime.build import tuned_config
 from ..runtime.lower import schedule
 from ..schedules.generic import schedule_injective
-from ..schedules.util import const_int, divisors, extent, is_reduction, loop_kinds
+from ..schedules.util import is_reduction
 from ..te.shapes import is_static
 from .align import input_params, unaligned
+from .intask import compute_in_task, reduce_in_task
 from .ir import Graph, Node
 
 VIEWS = ("reshape",)
@@ -292,9 +293,9 @@ def schedule_kernels(mod: tvm.IRModule, kernels: dict, target, configure=None) -
         for name in blocks[head + 1:tail]:
             _inline_epilogue(lowered, name, node)
         if tail < len(blocks):
-            _reduce_in_task(lowered.sch, blocks[tail:], node)
+            reduce_in_task(lowered.sch, blocks[tail:], node)
         if first:
-            _compute_in_task(lowered, blocks[:first], blocks[head], node)
+            compute_in_task(lowered, blocks[:first], blocks[head], node)
         mod[gv] = lowered.sch.mod["main"].with_attr("global_symbol", gv.name_hint)
     return mod
 
@@ -306,95 +307,10 @@ def _blocks(func) -> tuple[list[str], list[bool]]:
     return [sch.get(b).name_hint for b in blocks], [is_reduction(sch, b) for b in blocks]
 
 
-def _reduce_in_task(sch, names: list[str], node: Node) -> None:
-    """Compute the reduction ``names[0]`` and the blocks after it (a pool's
-    sums, then its mean) inside the outermost loop of the block they read,
-    the producer's parallel task: each task reduces the outputs it wrote,
-    the reduced axes outside the kept ones, the innermost kept loop (a
-    channel block) vectorized."""
-    try:
-        task = sch.get_loops(sch.get_producers(sch.get_sblock(names[0]))[0])[0]
-        for name in names:
-            block = sch.get_sblock(name)
-            sch.reverse_compute_at(block, task)
-            loops = sch.get_loops(block)[1:]
-            kinds = loop_kinds(sch, block)[1:]
-            kept = [lp for lp, reduce in zip(loops, kinds) if not reduce]
-            reduced = [lp for lp, reduce in zip(loops, kinds) if reduce]
-            if kept:
-                sch.reorder(*reduced, *kept)
-                sch.vectorize(kept[-1])
-            if reduced:
-                sch.decompose_reduction(block, reduced[0])
-    except Exception as exc:  # noqa: BLE001 - the graph pass fuses only producers whose tasks allow it
-        raise ExportError(f"could not compute the fused {names[-1]} inside {node.op.name}'s tasks: "
-                          f"{tvm_message(exc)}", op=node.op.name, arg="model") from exc
-
-
 def _block_count(node: Node) -> int:
     """How many top-level blocks ``node``'s tensor expression makes."""
     args = [te.placeholder(v.shape, v.dtype) for v in node.operands()]
     return len(_blocks(te.create_prim_func([*args, _compute(node)(*args)]))[0])
-
-
-def _compute_in_task(lowered, names: list[str], head: str, node: Node) -> None:
-    """Compute the prologue's blocks ``names`` (its op's stages, then its
-    epilogue's) inside the outermost loop of the block ``head``, the node's
-    parallel task: its last stage register-tiled as the direct conv's
-    micro-kernel (an output row's columns x its channels in registers, the
-    reduction outside them), its epilogue inlined into the tile's
-    write-back, the stages before it (a padding copy) vectorized rows."""
-    sch, prologue = lowered.sch, node.prologue
-    stages = names[:len(names) - len(prologue.epilogue)]
-    try:
-        block = sch.get_sblock(stages[-1])
-        acc = sch.cache_write(block, 0, "local")  # the block accumulates in registers; acc writes the output
-        for name in names[len(stages):]:
-            sch.reverse_compute_inline(sch.get_sblock(name))
-        task = sch.get_loops(sch.get_sblock(head))[0]
-        sch.compute_at(acc, task)
-        for name in reversed(stages):  # consumers first
-            sch.compute_at(sch.get_sblock(name), task)
-        for name in stages[:-1]:
-            sch.vectorize(sch.get_loops(sch.get_sblock(name))[-1])
-        _register_tile(sch, block, acc, lowered.cfg.target)
-    except KilnError:
-        raise
-    except Exception as exc:  # noqa: BLE001 - the graph pass fuses only producers whose tasks allow it
-        raise ExportError(f"could not compute {prologue.name} inside {node.op.name}'s tasks: {tvm_message(exc)}",
-                          op=node.op.name, arg="model") from exc
-
-
-def _register_tile(sch, block, acc, target) -> None:
-    """Schedule a reduction computed in a task (its loops below the task's):
-    the kept loops but the last two outside, then the reduction, then the
-    last two (columns, channels) as a register tile of accumulators, which
-    ``acc`` writes back once per tile."""
-    loops = sch.get_loops(block)[1:]
-    kinds = loop_kinds(sch, block)[1:]
-    kept = [lp for lp, reduce in zip(loops, kinds) if not reduce]
-    reduced = [lp for lp, reduce in zip(loops, kinds) if reduce]
-    if len(kept) < 2 or not reduced:
-        raise ExportError("expected a reduction with at least two kept loops", op="graph.lower", arg="prologue")
-    columns, channels = kept[-2:]
-    lanes = target.lanes(str(sch.get(block).writes[0].source.dtype))
-    vectors = -(-const_int(extent(sch, channels)) // lanes)
-    width = max(d for d in divisors(const_int(extent(sch, columns))) if d * vectors <= REGISTER_TILE)
-    outer, columns = sch.split(columns, [None, width])
-    sch.reorder(*kept[:-2], outer, *reduced, columns, channels)
-    sch.reverse_compute_at(acc, outer)
-    sch.vectorize(channels)
-    sch.unroll(columns)
-    for loop in reduced[1:]:
-        sch.unroll(loop)
-    sch.decompose_reduction(block, reduced[0])
-    *_, column, lane = sch.get_loops(acc)
-    sch.unroll(column)
-    sch.vectorize(lane)
-
-
-#: accumulator vectors of a prologue's register tile (``_register_tile``)
-REGISTER_TILE = 12
 
 
 def _inline_epilogue(lowered, name: str, node: Node) -> None:
