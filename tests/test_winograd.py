@@ -162,7 +162,8 @@ class ConvThenWinograd(nn.Module):
 def test_a_small_direct_conv_runs_inside_the_winograd_conv_reading_it(first, size, fused, tmp_path):
     """The producer becomes the Winograd conv's prologue, computed image by
     image in its tasks, where its output is small; every entry equals the
-    model's eval forward."""
+    model's eval forward, a batch's own entry (``batches``, the graph
+    specialized to it) too."""
     nn.init.manual_seed(1)
     model = ConvThenWinograd(first())
     x = np.random.default_rng(1).standard_normal((64, model.first.weight.shape[1], size, size)).astype("float32")
@@ -173,7 +174,8 @@ def test_a_small_direct_conv_runs_inside_the_winograd_conv_reading_it(first, siz
     assert (winograd.prologue is not None) == fused
     assert sum(n.op.name == "conv2d_packed" for n in graph.nodes) == (0 if fused else 1)
     tile = winograd.inputs[1].shape[1] - 2
-    predictor = Predictor(kiln.export(model, x[:1], tmp_path / "m.so"))
+    predictor = Predictor(kiln.export(model, x[:1], tmp_path / "m.so", batches=(7,)))
+    assert predictor.meta["entries"][0] == {"name": "main_b7", "batch": 7}  # the first, so batch 7 runs it
     for batch in (1, 7, 64):
         want = model(kiln.Tensor(x[:batch])).numpy()
         assert np.abs(predictor(x[:batch]) - want).max() <= RELATIVE[tile] * np.abs(want).max(), batch
