@@ -49,9 +49,9 @@ x = np.random.default_rng(0).random((BATCH, 1, 8, 8), dtype=np.float32)
 # %%
 # What the exported model runs at this batch size: eval BatchNorm folded into
 # the convolutions, bias and relu fused into them, weights pre-packed, the
-# channel-blocked layout kept from one convolution to the next, the pooling
-# computed inside the second convolution. Each distinct workload is one
-# tuning task.
+# channel-blocked layout kept from one convolution to the next, the first
+# convolution and the pooling computed inside the second. Each distinct
+# workload is one tuning task.
 tasks = extract(model, x)
 for t in tasks:
     print(f"{t.calls} x {t.name:<48} as {', '.join(sorted(set(t.kernels)))}")
