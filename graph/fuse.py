@@ -130,6 +130,21 @@ def _image_bytes(value) -> int | None:
     return total
 
 
+def _prologue(graph: Graph, node: Node) -> Node | None:
+    """The direct convolution ``node`` (a ``POOLED`` convolution of one
+    output channel block) can compute in its tasks, if any: the producer of
+    its first input, read by it alone, at most ``PROLOGUE_BYTES`` an image."""
+    if node.op.name not in POOLED or node.prologue is not None or not _one_block(node):
+        return None
+    x = node.inputs[0]
+    producer = x.node
+    if (producer is None or producer not in graph.nodes or producer.op.name != PROLOGUE
+            or not producer.attrs["out_block"] or len(producer.outputs) != 1 or graph.sole_user(x) is not node):
+        return None
+    small = (_image_bytes(x) or PROLOGUE_BYTES + 1) <= PROLOGUE_BYTES
+    return producer if small and _movable(graph, producer, node) else None
+
+
 def fuse_prologues(graph: Graph) -> int:
     """Make each direct convolution read only by a ``POOLED`` (Winograd)
     convolution of one output channel block the prologue of that
@@ -137,13 +152,8 @@ def fuse_prologues(graph: Graph) -> int:
     ``PROLOGUE_BYTES``; return how many were fused."""
     fused = 0
     for node in list(graph.nodes):
-        x = node.inputs[0] if node.inputs else None
-        producer = x.node if x is not None else None
-        if (node.op.name not in POOLED or node.prologue is not None or producer is None
-                or producer not in graph.nodes or producer.op.name != PROLOGUE or producer.prologue is not None
-                or not producer.attrs["out_block"] or len(producer.outputs) != 1 or graph.sole_user(x) is not node
-                or not _one_block(node) or (_image_bytes(x) or PROLOGUE_BYTES + 1) > PROLOGUE_BYTES
-                or not _movable(graph, producer, node)):
+        producer = _prologue(graph, node)
+        if producer is None:
             continue
         node.prologue = producer
         graph.nodes.remove(producer)

@@ -7,26 +7,26 @@ task that reads it. ``graph.lower`` calls them on the scheduled kernel.
 from __future__ import annotations
 
 from ..errors import ExportError, tvm_message
-from ..schedules.util import const_int, divisors, extent, loop_kinds
+from ..schedules.util import const_int, divisors, extent, split_loops
 
 #: accumulator vectors of a prologue's register tile (``_register_tile``)
 REGISTER_TILE = 12
 
 
 def _below_task(sch, block) -> tuple[list, list]:
-    """The block's loops below the task loop (its outermost): the kept ones and the reduced ones, in order."""
-    loops, kinds = sch.get_loops(block)[1:], loop_kinds(sch, block)[1:]
-    return [lp for lp, r in zip(loops, kinds) if not r], [lp for lp, r in zip(loops, kinds) if r]
+    """The block's loops below the task loop (its outermost, a kept one): the kept ones and the reduced ones."""
+    kept, reduced = split_loops(sch, block)
+    return kept[1:], reduced
 
 
-def reduce_in_task(sch, names: list[str], node) -> None:
+def reduce_in_task(sch, names: list[str], head: str, node) -> None:
     """Compute the reduction ``names[0]`` and the blocks after it (a pool's
-    sums, then its mean) inside the outermost loop of the block they read,
-    the producer's parallel task: each task reduces the outputs it wrote,
+    sums, then its mean) inside the outermost loop of the block ``head``,
+    the node's parallel task: each task reduces the outputs it wrote,
     the reduced axes outside the kept ones, the innermost kept loop (a
     channel block) vectorized."""
     try:
-        task = sch.get_loops(sch.get_producers(sch.get_sblock(names[0]))[0])[0]
+        task = sch.get_loops(sch.get_sblock(head))[0]
         for name in names:
             block = sch.get_sblock(name)
             sch.reverse_compute_at(block, task)

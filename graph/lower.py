@@ -293,7 +293,7 @@ def schedule_kernels(mod: tvm.IRModule, kernels: dict, target, configure=None) -
         for name in blocks[head + 1:tail]:
             _inline_epilogue(lowered, name, node)
         if tail < len(blocks):
-            reduce_in_task(lowered.sch, blocks[tail:], node)
+            reduce_in_task(lowered.sch, blocks[tail:], blocks[head], node)
         if first:
             compute_in_task(lowered, blocks[:first], blocks[head], node)
         mod[gv] = lowered.sch.mod["main"].with_attr("global_symbol", gv.name_hint)

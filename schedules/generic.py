@@ -26,7 +26,7 @@ from .config import Config
 from .dispatch import register_template
 from tvm.tirx.analysis import undefined_vars
 
-from .util import block_name, blocks, const_int, extent, is_output, is_reduction, loop_kinds, try_inline, work
+from .util import block_name, blocks, const_int, extent, is_output, is_reduction, loop_kinds, split_loops, try_inline, work
 
 #: below this many elements a parallel launch costs more than it saves.
 PARALLEL_MIN = 16384
@@ -273,8 +273,7 @@ def schedule_empty(sch) -> None:
     (a sum over an empty axis is 0)."""
     for b in blocks(sch):
         if is_reduction(sch, b):
-            first = next(lp for lp, red in zip(sch.get_loops(b), loop_kinds(sch, b)) if red)
-            sch.decompose_reduction(b, first)
+            sch.decompose_reduction(b, split_loops(sch, b)[1][0])
 
 
 @register_template("cpu", families=("dynamic",))

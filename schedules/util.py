@@ -58,6 +58,13 @@ def loop_kinds(sch, block) -> list[bool]:
     return [uses(v, reduce) and not uses(v, spatial) for v in (sch.get(lp).loop_var for lp in loops)]
 
 
+def split_loops(sch, block) -> tuple[list, list]:
+    """The loops around ``block``: those over its kept axes and those over
+    its reduced axes only (``loop_kinds``), each in order."""
+    loops, kinds = sch.get_loops(block), loop_kinds(sch, block)
+    return [lp for lp, r in zip(loops, kinds) if not r], [lp for lp, r in zip(loops, kinds) if r]
+
+
 def extent(sch, loop):
     """A loop's extent: an int when static, else the symbolic expression."""
     return static(sch.get(loop).extent)
@@ -116,7 +123,7 @@ def pow2_floor(n: int) -> int:
     return 1 << (max(1, n).bit_length() - 1)
 
 
-__all__ = ["blocks", "block_name", "is_reduction", "loop_kinds", "extent", "is_output", "try_inline",
+__all__ = ["blocks", "block_name", "is_reduction", "loop_kinds", "split_loops", "extent", "is_output", "try_inline",
            "fold_consumers", "work", "const_int", "divisors", "pow2_floor", "tirx"]
 
 

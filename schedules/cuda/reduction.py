@@ -19,22 +19,16 @@ from __future__ import annotations
 from ...errors import ScheduleError
 from ..config import Config
 from ..dispatch import NOT_APPLICABLE, NotApplicable, register_template
-from ..util import block_name, blocks, const_int, extent, is_output, is_reduction, loop_kinds, try_inline, work
+from ..util import block_name, blocks, const_int, extent, is_output, is_reduction, split_loops, try_inline, work
 from .common import bind_flat, pow2_at_least
 
 MODES = ("block", "thread")
 
 
-def _split_loops(sch, block):
-    loops = sch.get_loops(block)
-    kinds = loop_kinds(sch, block)
-    return [lp for lp, r in zip(loops, kinds) if not r], [lp for lp, r in zip(loops, kinds) if r]
-
-
 def cross_thread(sch, block, cfg: Config, prefix: str = "", outer=None) -> None:
     """Reduce ``block`` across threads. With ``outer`` (a loop bound to
     blockIdx) the block already sits under its row; else it gets its grid."""
-    spatial, reduce = _split_loops(sch, block)
+    spatial, reduce = split_loops(sch, block)
     if outer is not None:  # compute_at put the row's own (unit) loops before the reduction
         spatial = []
     red_n = work(sch, reduce)
@@ -82,7 +76,7 @@ def _same_shape_rows(sch, out, cfg: Config) -> bool:
     producers = [b for b in blocks(sch) if block_name(sch, b) != block_name(sch, out)]
     out_ext = [const_int(extent(sch, lp)) for lp in sch.get_loops(out)]
     for b in producers:
-        spatial, reduce = _split_loops(sch, b)
+        spatial, reduce = split_loops(sch, b)
         if not is_reduction(sch, b) or [const_int(extent(sch, lp)) for lp in spatial] != out_ext:
             return False
         if work(sch, reduce) == 1:  # under the row its unit loop vanishes: nothing for threads
@@ -118,7 +112,7 @@ def schedule_softmax_cuda(sch, block, cfg: Config) -> NotApplicable | None:
         sch.compute_at(b, row)
     for b in stages:
         sch.set_scope(b, 0, "shared")  # the row max, sum and exponentials, read by every thread
-        _, reduce = _split_loops(sch, b)
+        _, reduce = split_loops(sch, b)
         if reduce:
             r = sch.fuse(*reduce) if len(reduce) > 1 else reduce[0]
             _, rtx = sch.split(r, [None, threads])
