@@ -11,6 +11,15 @@ import kiln
 from kiln.te import Bounded, get_op
 from kiln.te.value import ValueOps
 
+#: why the CUDA half of an op table skips an op of the serial-compaction family
+NO_CUDA_TEMPLATE = "data-dependent ops (a serial compaction) have no CUDA template, by design"
+
+
+def has_cuda_template(op: str) -> bool:
+    """Whether the op runs on CUDA (every family but the serial compaction's)."""
+    return get_op(op).family != "dynamic"
+
+
 TOL = {"float32": dict(rtol=2e-4, atol=2e-5), "float64": dict(rtol=1e-9, atol=1e-10)}
 
 
