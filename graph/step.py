@@ -1,7 +1,9 @@
 """A graph with static shapes — a whole training step — as one compiled module.
 
 ``compile_graph`` drops the work no output needs (``Graph.prune``), fuses
-elementwise consumers into their producers (``graph.fuse``), lowers the
+elementwise consumers into their producers (``graph.fuse``), runs 3x3
+stride-1 convolutions and their data gradients as Winograd convolutions
+(``graph.winograd``), lowers the
 graph to one Relax function of kiln-scheduled kernels (``graph.lower``) and
 compiles it with the exporter's pipeline, whose static memory planning
 reuses the intermediates' buffers. A call is one VM call: the inputs in,
@@ -33,6 +35,7 @@ from ..version import __version__
 from .export import compile_module
 from .fuse import fuse_epilogues
 from .ir import Graph
+from .winograd import winograd_convs
 from .lower import kernel_nodes, node_workload, schedule_kernels, static_config, to_relax, tuned_of
 
 
@@ -44,11 +47,11 @@ class _Module:
         self.module = module
 
 
-def compile_graph(graph: Graph, target=None):
+def compile_graph(graph: Graph, target=None, winograd: bool = True):
     """The graph's compiled function (rewriting ``graph`` in place) and the
     objects that keep its code alive."""
     target = as_target(target)
-    optimize_step(graph)
+    optimize_step(graph, target, winograd)
 
     def build():
         mod, kernels = to_relax(graph, "main")
@@ -60,11 +63,15 @@ def compile_graph(graph: Graph, target=None):
     return vm["main"], (held, vm)
 
 
-def optimize_step(graph: Graph) -> Graph:
+def optimize_step(graph: Graph, target=None, winograd: bool = True) -> Graph:
     """A step's passes, in place: drop the work no output needs, fuse
-    elementwise consumers into their producers."""
+    elementwise consumers into their producers, run the 3x3 stride-1
+    convolutions (forward and data gradient) as Winograd convolutions on
+    ``target`` (default the CPU) unless ``winograd=False``."""
     graph.prune()
     fuse_epilogues(graph)
+    if winograd:
+        winograd_convs(graph, as_target(target))
     return graph
 
 

@@ -142,13 +142,13 @@ class _Module:
 class Compiled:
     """``fn`` compiled per signature; see the module's docstring and ``kiln.compile``."""
 
-    def __init__(self, fn, optimizer=None, target=None):
+    def __init__(self, fn, optimizer=None, target=None, winograd: bool = True):
         if not callable(fn):
             raise AttrError(f"got {type(fn).__name__}, expected a callable", op="compile", arg="fn")
         if optimizer is not None and not hasattr(optimizer, "plan_step"):
             raise AttrError(f"got {type(optimizer).__name__}, expected a kiln.optim optimizer", op="compile",
                             arg="optimizer")
-        self.fn, self.optimizer, self.target = fn, optimizer, target
+        self.fn, self.optimizer, self.target, self.winograd = fn, optimizer, target, bool(winograd)
         self._steps: dict = {}
         self._warned: set = set()
 
@@ -215,7 +215,7 @@ class Compiled:
         if recorded.problem is not None:
             raise BuildError(f"{getattr(self.fn, '__name__', 'the function')} cannot be compiled: "
                                f"{recorded.problem}", op="compile", arg="fn")
-        return optimize_step(recorded.graph)
+        return optimize_step(recorded.graph, self.target, self.winograd)
 
     def _record(self, tensors):
         """One eager call under a recorder: ``(recorded, results, feed_of, updates)``."""
@@ -248,11 +248,11 @@ class Compiled:
 
     def _build(self, recorded, feed_of, updates) -> _Module:
         feeds = Feeds.of(recorded, feed_of, updates)
-        func, keep = record.compile_recorded(recorded, self.target)
+        func, keep = record.compile_recorded(recorded, self.target, self.winograd)
         return _Module(func, keep, recorded, feeds)
 
 
-def compile(fn=None, optimizer=None, *, target=None):  # noqa: A001 - the name users reach for (torch.compile)
+def compile(fn=None, optimizer=None, *, target=None, winograd: bool = True):  # noqa: A001 - torch.compile's name
     """Compile ``fn`` (Tensors in, a Tensor or a tuple of Tensors out) into one
     module call per signature.
 
@@ -260,7 +260,11 @@ def compile(fn=None, optimizer=None, *, target=None):  # noqa: A001 - the name u
     call is a whole training step: the loss's gradients with respect to the
     optimizer's parameters, then the optimizer's update, in place. Returns
     ``fn``'s results, detached. Usable as a decorator: ``@kiln.compile``.
+    3x3 stride-1 convolutions and their data gradients run as Winograd
+    convolutions (``graph.winograd``: rounding of about 1e-6 to 1e-5 of the
+    output, where the direct kernel's is 1e-6); ``winograd=False`` keeps
+    them direct, the eager kernels' results to the last bit.
     """
     if fn is None:
-        return lambda f: Compiled(f, optimizer, target)
-    return Compiled(fn, optimizer, target)
+        return lambda f: Compiled(f, optimizer, target, winograd)
+    return Compiled(fn, optimizer, target, winograd)

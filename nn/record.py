@@ -229,13 +229,13 @@ class Recorder:
         return out
 
 
-def compile_recorded(recorded: Recorded, target=None):
+def compile_recorded(recorded: Recorded, target=None, winograd: bool = True):
     """The recorded graph compiled into one module (``graph.step``, which
     rewrites the graph), its states marked in place: ``(function, what keeps
     its code alive)``."""
     from ..graph.step import compile_graph
 
-    func, keep = compile_graph(recorded.graph, target)
+    func, keep = compile_graph(recorded.graph, target, winograd)
     _mark_in_place(recorded)
     return func, keep
 

@@ -1,8 +1,9 @@
-"""Winograd convolution F(m x m, 3x3) for inference with a constant 3x3 weight.
+"""Winograd convolution F(m x m, 3x3): a 3x3 weight transformed once at
+export (a constant), or in every call of a training step (``graph.winograd``).
 
 The output is computed in m x m tiles (m = 2 or 4) from (m + 2) x (m + 2)
 input tiles (Lavin and Gray, "Fast Algorithms for Convolutional Neural
-Networks"): with ``U = G w G^T`` (the weight transform, once, at export) and
+Networks"): with ``U = G w G^T`` (the weight transform) and
 ``V = B^T d B`` (each input tile's transform), a tile is ``A^T [sum over
 channels of U * V] A``. Each of the (m + 2)^2 positions of a tile is a
 matrix product of (tiles x I) by (I x O): F(2x2, 3x3) does 16 multiplies per
@@ -13,7 +14,9 @@ transforms are additions); F(4x4, 3x3)'s hold small integers and round more.
 - ``winograd_conv2d_weight(w, oc, tile)``: w (O, I, 3, 3) -> U as channel
   blocks (ceil(O / oc), m + 2, m + 2, I, oc) for output tiles of ``tile``
   = m, zeros past channel O (the layout of ``pack_conv2d_weight``'s blocks,
-  the taps replaced by the positions);
+  the taps replaced by the positions); with ``flip``, the kernel of the
+  stride-1 data gradient, w's channels swapped and its taps rotated (I
+  blocks of O channels);
 - ``conv2d_winograd(x, U)``: stride 1, no dilation, m read from U's shape;
   the attrs and layouts of ``conv2d_packed`` (``out_channels``, ``padding``,
   ``in_block``, ``out_block``). Its stages: ``_input`` (B^T along rows),
@@ -93,15 +96,6 @@ def _combine(matrix: np.ndarray, row, get, dtype: str):
     return expr
 
 
-def _constant(matrix: np.ndarray, i, j, dtype: str):
-    """``matrix[i, j]`` for loop variables i, j, as a Select over the nonzero entries."""
-    expr = tirx.const(0, dtype)
-    for (r, c), v in np.ndenumerate(matrix):
-        if v:
-            expr = tirx.Select(tirx.all(i == r, j == c), tirx.const(float(v), dtype), expr)
-    return expr
-
-
 def check_3x3(op: str, w, arg: str = "w") -> None:
     if len(w) != 4 or static(w[2]) != 3 or static(w[3]) != 3:
         raise ShapeError(f"got {shape_str(w)}, expected a 3x3 OIHW weight (O, I, 3, 3)", op=op, arg=arg)
@@ -116,26 +110,46 @@ class WinogradConv2dWeight(Op):
     name = "winograd_conv2d_weight"
     differentiable = False
     dtypes = FLOATS
-    attrs = {"oc": OUT_BLOCK, "tile": A.Attr(_tile, default=2, doc="m, the output tile: F(m x m, 3x3), 2 or 4")}
+    attrs = {"oc": OUT_BLOCK, "tile": A.Attr(_tile, default=2, doc="m, the output tile: F(m x m, 3x3), 2 or 4"),
+             "flip": A.Attr(A.boolean, default=False,
+                            doc="transform the data gradient's kernel instead: w's channels swapped, its taps "
+                                "rotated 180 degrees (``conv2d_backward_data`` at stride 1 as a convolution)")}
 
-    def infer_shape(self, w, oc, tile):
+    def infer_shape(self, w, oc, tile, flip):
         check_rank4(self.name, w, "w", "OIHW")
         check_3x3(self.name, w)
-        return (blocks(w[0], oc), tile + 2, tile + 2, w[1], oc)
+        o, i = (w[1], w[0]) if flip else (w[0], w[1])
+        return (blocks(o, oc), tile + 2, tile + 2, i, oc)
 
-    def compute(self, w, oc, tile):
-        o, dt, G = w.shape[0], dtype_of(w), TRANSFORMS[tile][0]
-        ra, rb = te.reduce_axis((0, 3), "ra"), te.reduce_axis((0, 3), "rb")
+    def compute(self, w, oc, tile, flip):
+        """Three stages: the taps in blocks of ``oc`` channels (``_taps``: (B,
+        3, 3, I, oc), zeros past O), ``G`` along the kernel's rows
+        (``_rows``), then along its columns; each a sum of ``G``'s nonzero
+        entries' terms (``_combine``), so a schedule that unrolls the
+        positions leaves no product with a zero and no select."""
+        o, dt, G = w.shape[1 if flip else 0], dtype_of(w), TRANSFORMS[tile][0]
+        shape = self.infer_shape(tuple(w.shape), oc, tile, flip)
+        blocks_, span, i_ = shape[0], shape[1], shape[3]
 
-        def body(b, e, u, i, j):  # the clamped index keeps the padded lanes' read in bounds
-            tap = tirx.if_then_else(b * oc + j < o, w[tirx.min(b * oc + j, o - 1), i, ra, rb], tirx.const(0, dt))
-            return te.sum(_constant(G, e, ra, dt) * tap * _constant(G, u, rb, dt), axis=[ra, rb])
+        def tap(b, a, c, i, j):  # the clamped index keeps the padded lanes' read in bounds
+            k = tirx.min(b * oc + j, o - 1)
+            read = w[i, k, 2 - a, 2 - c] if flip else w[k, i, a, c]
+            return tirx.if_then_else(b * oc + j < o, read, tirx.const(0, dt))
 
-        return te.compute(self.infer_shape(tuple(w.shape), oc, tile), body, name=self.name, tag="reduction")
+        taps = te.compute((blocks_, 3, 3, i_, oc), tap, name=self.name + "_taps", tag="injective")
+        rows = te.compute((blocks_, span, 3, i_, oc), lambda b, e, c, i, j: _combine(
+            G, e, lambda a: taps[b, a, c, i, j], dt), name=self.name + "_rows", tag="injective")
+        return te.compute(shape, lambda b, e, u, i, j: _combine(G, u, lambda c: rows[b, e, c, i, j], dt),
+                          name=self.name, tag="injective")
 
-    def reference(self, w, oc, tile):
+    def reference(self, w, oc, tile, flip):
+        """``G w G^T`` as the kernel computes it: along the kernel's rows, then
+        its columns, the sum of ``G``'s nonzero entries' terms (a NaN or an
+        infinity in a tap reaches only the positions whose terms read it)."""
         G = TRANSFORMS[tile][0]
-        return output_channel_blocks(np.einsum("ea,oiab,ub->oeui", G, w, G).astype(w.dtype), oc)
+        w = w.transpose(1, 0, 2, 3)[:, :, ::-1, ::-1] if flip else w
+        u = _additions(G, _additions(G, w, 2), 3)  # (O, I, t, t)
+        return output_channel_blocks(u.transpose(0, 2, 3, 1).astype(w.dtype), oc)
 
 
 @register

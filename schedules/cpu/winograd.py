@@ -31,7 +31,8 @@ from __future__ import annotations
 
 from ..config import Config
 from ..dispatch import register_template
-from ..util import const_int, divisors, extent, find_block
+from ..generic import PARALLEL_MIN
+from ..util import const_int, divisors, extent, find_block, work
 from ...te.winograd import output_tile
 from .conv2d_defaults import register_budget
 
@@ -118,3 +119,28 @@ def _transform(sch, block, outer, order: tuple, unrolled: tuple, block_width: in
     for k in unrolled:
         sch.unroll(loops[k])
     sch.vectorize(channels[-1])
+
+
+@register_template("cpu", ops=("winograd_conv2d_weight",))
+def schedule_winograd_weight(sch, block, cfg: Config) -> None:
+    """The weight transform, one parallel task per (channel block, input
+    channel): its 3 x 3 taps copied into a vector of the block's channels
+    each, then ``G`` along rows and columns with the positions unrolled (each
+    a sum of constant multiples), vectorized over the block's channels. In a
+    training step it runs every call (``graph.winograd``)."""
+    name = cfg.workload.op.name
+    b, e, u, i, j = sch.get_loops(block)
+    sch.reorder(b, i, e, u, j)
+    outer = sch.fuse(b, i)
+    if cfg.define_knob("parallel", (0, 1), default=int((work(sch, sch.get_loops(block)) or 0) >= PARALLEL_MIN)):
+        sch.parallel(outer)
+    for loop in (e, u):
+        sch.unroll(loop)
+    sch.vectorize(j)
+    for stage in ("_rows", "_taps"):  # consumers first: each goes under the task loop of what reads it
+        inner = sch.get_sblock(name + stage)
+        sch.compute_at(inner, outer, preserve_unit_loops=True)
+        *_, p1, p2, _, lane = sch.get_loops(inner)
+        sch.unroll(p1)
+        sch.unroll(p2)
+        sch.vectorize(lane)

@@ -38,6 +38,7 @@ CASES += [  # Winograd F(2x2, 3x3) and F(4x4, 3x3): the weight transform, and th
     # is the same algorithm in numpy; tests/test_winograd.py compares with the direct convolution)
     Case("winograd_conv2d_weight", [(20, 3, 3, 3)], attrs={"oc": 16}),
     Case("winograd_conv2d_weight", [(5, 2, 3, 3)], "float64", attrs={"oc": 8}),
+    Case("winograd_conv2d_weight", [(5, 20, 3, 3)], attrs={"oc": 16, "tile": 4, "flip": True}),  # a data gradient's
     Case("conv2d_winograd", [(2, 16, 8, 8), (1, 4, 4, 16, 32)], attrs={"out_channels": 32, "padding": 1}),
     Case("conv2d_winograd", [(1, 3, 7, 5), (1, 4, 4, 3, 8)], "float64", attrs={"out_channels": 5, "padding": 1}),
     Case("conv2d_winograd", [(2, 2, 8, 8, 8), (2, 4, 4, 16, 16)],
