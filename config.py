@@ -28,6 +28,13 @@
                       eager backward pass or optimizer step seen repeatedly
                       (a training loop's) runs as one compiled module call
                       (``kiln/nn/capture.py``).
+``KILN_WINOGRAD`` on (default) or off, spelled as for ``KILN_DISK_CACHE``:
+                      3x3 stride-1 convolutions with 16 or more input
+                      channels, and their data gradients, run as Winograd
+                      convolutions in eager ``kiln.nn`` and in compiled steps
+                      (``kiln/graph/winograd.py``; rounding of about 1e-6 to
+                      1e-5 of the output where the direct kernel's is 1e-6);
+                      off keeps them direct.
 
 An empty variable counts as unset. A value outside these rules raises
 ``kiln.errors.ConfigError``, which names the variable, the value and what is
@@ -56,7 +63,7 @@ TRUE = ("1", "true", "yes", "on")
 FALSE = ("0", "false", "no", "off")
 # every variable read here: check() revalidates when one of them changes
 VARIABLES = ("KILN_CACHE_DIR", "KILN_DISK_CACHE", "KILN_NUM_THREADS", "TVM_NUM_THREADS", "KILN_ENGINE",
-             "KILN_KEEP_MEMORY", "KILN_CAPTURE", "XDG_CACHE_HOME", "HOME")
+             "KILN_KEEP_MEMORY", "KILN_CAPTURE", "KILN_WINOGRAD", "XDG_CACHE_HOME", "HOME")
 #: glibc mallopt parameters: freed blocks below this stay in the heap (the largest the allocator allows on
 #: 64-bit), and the heap's free top is returned to the system only above the trim threshold
 M_TRIM_THRESHOLD, M_MMAP_THRESHOLD = -1, -3
@@ -159,6 +166,11 @@ def _switch(name: str) -> bool:
     raise ConfigError(name, value, f"one of {', '.join(TRUE)} (on) or {', '.join(FALSE)} (off)")
 
 
+def winograd() -> bool:
+    """``KILN_WINOGRAD``: whether eager ops and compiled steps run 3x3 stride-1 convolutions as Winograd."""
+    return _switch("KILN_WINOGRAD")
+
+
 def keep_memory() -> bool:
     """``KILN_KEEP_MEMORY``: whether the engine tunes the allocator (``keep_freed_memory``)."""
     return _switch("KILN_KEEP_MEMORY")
@@ -233,6 +245,7 @@ def check() -> None:
     engine_workers()
     keep_memory()
     capture_enabled()
+    winograd()
     disk_cache_enabled()
     cache_dir()
     _checked = snapshot

@@ -8,6 +8,12 @@ Run: ``python benchmarks/winograd_vs_direct.py --shape 64x16x8x8 --out 32``
 its rate in the direct convolution's GFLOPS, and whether the export would
 take Winograd for this layer, and with which output tile
 (``graph.prepack.winograd_tile``).
+
+With ``--training``, the layer as training runs it, its weight changing every
+call (``graph.winograd``): the direct ``conv2d`` (packing its weight in each
+call) and its stride-1 data gradient ``conv2d_backward_data`` against each
+stage of their Winograd form (the input's blocking, the weight transform,
+the Winograd convolution), each stage timed on its own, interleaved.
 """
 from __future__ import annotations
 
@@ -18,6 +24,7 @@ import numpy as np
 import kiln
 from kiln.bench.timing import compare, kernel_sampler
 from kiln.graph.prepack import winograd_tile
+from kiln.runtime.winograd import winograd_kernel
 from kiln.schedules.cpu.conv2d_defaults import packed_channels
 from kiln.te import get_op
 from kiln.te.layout import blocked_array
@@ -31,12 +38,15 @@ def main() -> None:
     parser.add_argument("--padding", type=int, default=1)
     parser.add_argument("--in-block", type=int, default=16, help="input channel block (0: NCHW input)")
     parser.add_argument("--repeat", type=int, default=10)
+    parser.add_argument("--training", action="store_true", help="the weight transformed in every call")
     args = parser.parse_args()
     n, c, h, w = (int(d) for d in args.shape.split("x"))
     rng = np.random.default_rng(0)
     x = rng.standard_normal((n, c, h, w)).astype("float32")
     weight = rng.standard_normal((args.out, c, 3, 3)).astype("float32")
     workload = get_op("conv2d").check([x.shape, weight.shape], ["float32"] * 2, {"padding": args.padding})
+    if args.training:
+        return training(x, weight, workload, args.repeat)
     oc = packed_channels(workload, kiln.cpu())
     xi = blocked_array(x, args.in_block) if args.in_block else x
     packed = kiln.build("pack_conv2d_weight", [weight.shape], attrs={"oc": oc})(weight)
@@ -53,6 +63,33 @@ def main() -> None:
     for name, side in compare(sides, args.repeat).items():
         print(f"{name:16s} {side['median_s'] * 1e6:9.1f} us {flops / side['median_s'] / 1e9:7.1f} GFLOPS"
               f"  spread {100 * side['spread']:.0f}%")
+
+
+def training(x, weight, workload, repeat: int) -> None:
+    """The direct kernels against the stages of the Winograd form eager ops and compiled steps run."""
+    gy = np.random.default_rng(1).standard_normal(workload.out_shapes[0]).astype("float32")
+    gradient = get_op("conv2d_backward_data").check([gy.shape, weight.shape], ["float32"] * 2, {
+        "in_size": x.shape[2:], "padding": workload.attrs["padding"]})
+    sides, flops = {}, workload.op.flops(workload.shapes, **workload.attrs)
+    for name, w, inputs in (("conv2d", workload, [x, weight]), ("data gradient", gradient, [gy, weight])):
+        direct = kiln.build(w.op.name, w.shapes, attrs=w.attrs)
+        sides[f"{name} direct"] = kernel_sampler(direct, inputs)
+        composite = winograd_kernel(w.op, w.shapes, w.dtypes, w.attrs, kiln.cpu())
+        if composite is None:
+            print(f"# {name}: kept direct (graph.winograd.plan)")
+            continue
+        data, u = inputs[0], composite.stages[-2](inputs[1])
+        for stage in composite.stages:
+            args = [data] if stage.op.name == "to_blocked" else [inputs[1]] if stage is composite.stages[-2] \
+                else [data, u]
+            sides[f"{name} {stage.op.name}"] = kernel_sampler(stage, args)
+            if stage.op.name == "to_blocked":
+                data = stage(data)
+    print(f"# {kiln.cpu()}  {'x'.join(map(str, x.shape))} -> {weight.shape[0]} channels, as training runs it "
+          "(GFLOPS: the layer's direct-convolution work over the row's time)")
+    for name, side in compare(sides, repeat).items():
+        rate = f"{flops / side['median_s'] / 1e9:7.1f} GFLOPS" if name.endswith(("direct", "winograd")) else ""
+        print(f"{name:40s} {side['median_s'] * 1e6:9.1f} us {rate:14s}  spread {100 * side['spread']:.0f}%")
 
 
 if __name__ == "__main__":

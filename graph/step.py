@@ -27,6 +27,7 @@ import numpy as np
 import tvm
 from tvm import relax
 
+from .. import config as kiln_config
 from ..runtime import cache
 from ..runtime.device import as_target
 from ..schedules import config_key
@@ -47,7 +48,7 @@ class _Module:
         self.module = module
 
 
-def compile_graph(graph: Graph, target=None, winograd: bool = True):
+def compile_graph(graph: Graph, target=None, winograd: bool | None = None):
     """The graph's compiled function (rewriting ``graph`` in place) and the
     objects that keep its code alive."""
     target = as_target(target)
@@ -63,14 +64,15 @@ def compile_graph(graph: Graph, target=None, winograd: bool = True):
     return vm["main"], (held, vm)
 
 
-def optimize_step(graph: Graph, target=None, winograd: bool = True) -> Graph:
+def optimize_step(graph: Graph, target=None, winograd: bool | None = None) -> Graph:
     """A step's passes, in place: drop the work no output needs, fuse
     elementwise consumers into their producers, run the 3x3 stride-1
     convolutions (forward and data gradient) as Winograd convolutions on
-    ``target`` (default the CPU) unless ``winograd=False``."""
+    ``target`` (default the CPU) unless ``winograd`` is False (None:
+    ``KILN_WINOGRAD``, on by default)."""
     graph.prune()
     fuse_epilogues(graph)
-    if winograd:
+    if kiln_config.winograd() if winograd is None else winograd:
         winograd_convs(graph, as_target(target))
     return graph
 

@@ -1,29 +1,36 @@
-"""Winograd convolutions in a training step, whose weights change every call.
+"""Winograd convolutions where the weights change every call: compiled
+training steps (``winograd_convs``, a graph pass) and eager ops
+(``runtime/winograd.py``), both from one ``plan``.
 
 Condition: on the CPU, an NCHW ``conv2d`` whose weight is no constant (a
 parameter), or a stride-1 ``conv2d_backward_data`` (a stride-1 convolution
 of ``gy`` with the kernel flipped and its channels swapped, padding ``2 -
 p``), that ``prepack.winograd_tile`` would run as Winograd at export: a 3x3
-kernel at stride and dilation 1, 16 or more input channels, tiles within
-``WINOGRAD_TILE_BYTES``. Rewrite: a ``winograd_conv2d_weight`` node
-transforms the weight (``flip`` for the data gradient) in every call, and the
-convolution becomes ``conv2d_winograd``, its epilogue kept, reading its
-input in blocks of a vector's channels (a ``to_blocked`` node: its input
-transform reads a vector of channels at a time) where the channels are whole
-vectors, and writing NCHW. The weight transform is small next to the
-convolution (O x I x 36 values where the convolution reads the whole
-batch). znver4, at 64 images, direct against blocking + Winograd F(4x4)
-(``benchmarks/winograd_vs_direct.py``, interleaved): 16 -> 32 channels on
-28x28 2.32 ms against 0.07 + 1.04; its data gradient 32 -> 16 2.33 against
-0.14 + 0.98; 16 -> 32 on 8x8 157 us against 9 + 80; 64 -> 64 on 16x16 at 32
-images 2.49 ms against 0.05 + 1.04. Reading the NCHW input as it lies, the
-last took 3.69 ms.
+kernel at stride and dilation 1, 16 or more input channels, static shapes,
+tiles within ``WINOGRAD_TILE_BYTES``; and ``KILN_WINOGRAD`` on (the
+default). Rewrite: a ``winograd_conv2d_weight`` kernel transforms the
+weight (``flip`` for the data gradient) in every call, and the convolution
+becomes ``conv2d_winograd`` (a graph node keeps its epilogue), reading its
+input in blocks of a vector's channels (``to_blocked``: the input transform
+reads a vector of channels at a time) where the channels are whole vectors,
+and writing NCHW. The weight transform is small next to the convolution (O
+x I x 36 values where the convolution reads the whole batch). znver4, 64
+images, the direct ``conv2d`` (packing its weight in each call) against
+blocking + Winograd F(4x4), interleaved (``python
+benchmarks/winograd_vs_direct.py --training``): 16 -> 32 channels on 28x28
+2.32 ms against 0.07 + 1.04; the data gradient of that layer (32 -> 16) 2.33
+against 0.14 + 0.98; 16 -> 32 on 8x8 157 us against 9 + 80; 64 -> 64 on
+16x16 at 32 images 2.49 ms against 0.05 + 1.04 (reading the NCHW input as it
+lies, 3.69 ms).
 
 Rounding differs from the direct kernel's as at export (``te/winograd.py``:
 about 1e-6 of the output's magnitude for F(2x2), 1e-5 for F(4x4));
-``kiln.compile(..., winograd=False)`` keeps every convolution direct.
+``KILN_WINOGRAD=0`` or ``kiln.compile(..., winograd=False)`` keeps the
+convolutions direct.
 """
 from __future__ import annotations
+
+from dataclasses import dataclass
 
 from ..schedules.cpu.conv2d_defaults import packed_channels
 from ..te import get_op
@@ -32,51 +39,64 @@ from .ir import Graph, Node, Value
 from .prepack import winograd_tile
 
 
-def _as_conv(node: Node):
-    """The stride-1 convolution ``node`` computes, as ``(x, w shape, padding,
-    flip)``, or None: a forward conv2d, or a data gradient that is one."""
-    a = node.attrs
-    if node.op.name not in ("conv2d", "conv2d_backward_data") or tuple(a["stride"]) != (1, 1) \
-            or tuple(a["dilation"]) != (1, 1):
+@dataclass(frozen=True)
+class Plan:
+    """How one convolution runs as Winograd: the attributes of its weight
+    transform (``winograd_conv2d_weight``), of its input's blocking
+    (``in_block``: 0 to read NCHW as it lies) and of ``conv2d_winograd``."""
+
+    weight_attrs: dict
+    in_block: int
+    conv_attrs: dict
+
+
+def plan(op: str, shapes, dtypes, attrs: dict, target) -> Plan | None:
+    """The ``Plan`` of ``op`` (its name) on inputs of ``shapes`` and
+    ``dtypes`` with its parsed ``attrs``, or None where the module
+    docstring's condition does not hold (a constant weight is the caller's
+    to exclude)."""
+    if target.kind != "cpu" or op not in ("conv2d", "conv2d_backward_data") or tuple(attrs["stride"]) != (1, 1) \
+            or tuple(attrs["dilation"]) != (1, 1) or not all(isinstance(static(d), int) for s in shapes for d in s):
         return None
-    if node.op.name == "conv2d":
-        if a["layout"] != "NCHW" or node.inputs[1].is_const:
+    x, w = (tuple(static(d) for d in s) for s in shapes)
+    if op == "conv2d":
+        if attrs["layout"] != "NCHW":
             return None
-        return node.inputs[0], tuple(node.inputs[1].shape), tuple(a["padding"]), False
-    o, c, kh, kw = (static(d) for d in node.inputs[1].shape)
-    padding = tuple(k - 1 - p for k, p in zip((kh, kw), a["padding"]))
-    if min(padding) < 0:  # a padding wider than the kernel: no convolution of gy with zero padding
+        padding, flip = tuple(attrs["padding"]), False
+    else:  # the data gradient: gy convolved with the kernel flipped, its channels swapped
+        o, c, kh, kw = w
+        padding, flip, w = tuple(k - 1 - p for k, p in zip((kh, kw), attrs["padding"])), True, (c, o, kh, kw)
+        if min(padding) < 0:  # a padding wider than the kernel: no convolution of gy with zero padding
+            return None
+    workload = get_op("conv2d").check([x, w], list(dtypes), {"padding": padding})
+    tile = winograd_tile(workload)
+    if not tile:
         return None
-    return node.inputs[0], (c, o, kh, kw), padding, True
+    lanes = target.lanes(str(dtypes[0]))
+    in_block = lanes if x[1] % lanes == 0 else 0
+    return Plan({"oc": packed_channels(workload, target), "tile": tile, "flip": flip}, in_block,
+                {"out_channels": w[0], "padding": padding, "in_block": in_block})
 
 
 def winograd_convs(graph: Graph, target) -> int:
     """Rewrite every convolution the module docstring names; return how many."""
-    if target.kind != "cpu":
-        return 0
     count, blocked = 0, {}  # a value blocked once, whichever convolutions read it
     for node in list(graph.nodes):
-        found = _as_conv(node)
+        x, weight = (node.inputs + [None, None])[:2]
+        if weight is None or weight.is_const:
+            continue
+        found = plan(node.op.name, [x.shape, weight.shape], [x.dtype, weight.dtype], node.attrs, target)
         if found is None:
             continue
-        x, w_shape, padding, flip = found
-        weight = node.inputs[1]
-        workload = get_op("conv2d").check([x.shape, w_shape], [x.dtype, weight.dtype], {"padding": padding})
-        tile = winograd_tile(workload)
-        if not tile:
-            continue
-        weights = _insert(graph, node, get_op("winograd_conv2d_weight"),
-                          {"oc": packed_channels(workload, target), "tile": tile, "flip": flip}, weight,
+        weights = _insert(graph, node, get_op("winograd_conv2d_weight"), found.weight_attrs, weight,
                           f"{weight.name}@winograd")
-        lanes, channels = target.lanes(x.dtype), static(x.shape[1])
-        in_block = lanes if channels % lanes == 0 else 0
-        if in_block:
+        if found.in_block:
             if id(x) not in blocked:
-                blocked[id(x)] = _insert(graph, node, get_op("to_blocked"), {"block": in_block}, x,
+                blocked[id(x)] = _insert(graph, node, get_op("to_blocked"), {"block": found.in_block}, x,
                                          f"{x.name}@blocked")
             x = blocked[id(x)]
         node.op = get_op("conv2d_winograd")
-        node.attrs = node.op.parse_attrs({"out_channels": w_shape[0], "padding": padding, "in_block": in_block})
+        node.attrs = node.op.parse_attrs(found.conv_attrs)
         node.inputs = [x, weights]
         count += 1
     return count

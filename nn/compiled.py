@@ -142,13 +142,13 @@ class _Module:
 class Compiled:
     """``fn`` compiled per signature; see the module's docstring and ``kiln.compile``."""
 
-    def __init__(self, fn, optimizer=None, target=None, winograd: bool = True):
+    def __init__(self, fn, optimizer=None, target=None, winograd: bool | None = None):
         if not callable(fn):
             raise AttrError(f"got {type(fn).__name__}, expected a callable", op="compile", arg="fn")
         if optimizer is not None and not hasattr(optimizer, "plan_step"):
             raise AttrError(f"got {type(optimizer).__name__}, expected a kiln.optim optimizer", op="compile",
                             arg="optimizer")
-        self.fn, self.optimizer, self.target, self.winograd = fn, optimizer, target, bool(winograd)
+        self.fn, self.optimizer, self.target, self.winograd = fn, optimizer, target, winograd
         self._steps: dict = {}
         self._warned: set = set()
 
@@ -252,7 +252,7 @@ class Compiled:
         return _Module(func, keep, recorded, feeds)
 
 
-def compile(fn=None, optimizer=None, *, target=None, winograd: bool = True):  # noqa: A001 - torch.compile's name
+def compile(fn=None, optimizer=None, *, target=None, winograd: bool | None = None):  # noqa: A001 - torch.compile's name
     """Compile ``fn`` (Tensors in, a Tensor or a tuple of Tensors out) into one
     module call per signature.
 
@@ -262,8 +262,8 @@ def compile(fn=None, optimizer=None, *, target=None, winograd: bool = True):  # 
     ``fn``'s results, detached. Usable as a decorator: ``@kiln.compile``.
     3x3 stride-1 convolutions and their data gradients run as Winograd
     convolutions (``graph.winograd``: rounding of about 1e-6 to 1e-5 of the
-    output, where the direct kernel's is 1e-6); ``winograd=False`` keeps
-    them direct, the eager kernels' results to the last bit.
+    output, where the direct kernel's is 1e-6), as eager ops run them;
+    ``winograd=False`` keeps them direct (default: ``KILN_WINOGRAD``, on).
     """
     if fn is None:
         return lambda f: Compiled(f, optimizer, target, winograd)

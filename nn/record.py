@@ -229,7 +229,7 @@ class Recorder:
         return out
 
 
-def compile_recorded(recorded: Recorded, target=None, winograd: bool = True):
+def compile_recorded(recorded: Recorded, target=None, winograd: bool | None = None):
     """The recorded graph compiled into one module (``graph.step``, which
     rewrites the graph), its states marked in place: ``(function, what keeps
     its code alive)``."""

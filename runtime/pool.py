@@ -36,6 +36,7 @@ from tvm.runtime import _ffi_api
 from ..errors import AttrError, KilnError
 from ..te import sym
 from .build import build
+from .device import as_target
 
 SPECIALIZE_LIMIT = 4
 _ALLOC = _ffi_api.TVMTensorAllocWithScope  # tvm.runtime.empty without its conversions
@@ -178,7 +179,12 @@ class Site:
             nearest = None if shapes in seen or len(seen) < self.pool.specialize_limit else _nearest(seen, shapes)
             if nearest is None and shapes not in seen:
                 seen.append(shapes)
-        kernel = None if nearest is None else _general_kernel(op, nearest, shapes, dtypes, attrs)
+        if nearest is None:  # concrete shapes: a 3x3 convolution may run as Winograd
+            from .winograd import winograd_kernel  # it builds on this module
+
+            kernel = winograd_kernel(op, shapes, dtypes, attrs, as_target(None))
+        else:
+            kernel = _general_kernel(op, nearest, shapes, dtypes, attrs)
         kernel = kernel or build(op, list(shapes), list(dtypes), attrs)
         return self._memo.setdefault(key, Dispatch(kernel, shapes))
 

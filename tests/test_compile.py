@@ -47,14 +47,12 @@ def _state_gap(a, b) -> float:
 @pytest.mark.parametrize("name", sorted(SHAPES))
 def test_compiled_step_matches_eager_over_50_steps(name):
     """Same losses and parameters (and BatchNorm running statistics) as eager
-    mode with the eager kernels (``winograd=False``): measured equal to the
-    last bit on the CPU; allowed 1e-5 relative. (With Winograd convolutions,
-    ``tests/test_winograd_training.py``.)"""
+    mode: measured equal to the last bit on the CPU; allowed 1e-5 relative."""
     eager, compiled = _twins(name)
     loss_fn = nn.SoftmaxLoss()
     opt_e = nn.optim.SGD(eager.parameters(), lr=0.05, momentum=0.9, weight_decay=1e-4)
     opt_c = nn.optim.SGD(compiled.parameters(), lr=0.05, momentum=0.9, weight_decay=1e-4)
-    step = kiln.compile(lambda x, y: loss_fn(compiled(x), y), opt_c, winograd=False)
+    step = kiln.compile(lambda x, y: loss_fn(compiled(x), y), opt_c)
     for x, y in _batches(SHAPES[name], 50, 16):
         want = _eager_step(eager, opt_e, loss_fn, x, y)
         got = float(step(x, y).numpy())

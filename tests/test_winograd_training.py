@@ -1,6 +1,6 @@
-"""Winograd convolutions in a compiled training step (``graph.winograd``):
-the data gradient's weight transform, which convolutions the pass rewrites,
-and a step's numerics against eager mode."""
+"""Winograd convolutions where the weights change (``graph.winograd``): the
+data gradient's weight transform, which convolutions a compiled step's pass
+rewrites, a step's numerics against direct convolutions, and eager ops."""
 import numpy as np
 import pytest
 
@@ -73,21 +73,47 @@ def test_the_step_runs_stride_1_3x3_convs_and_their_data_gradients_as_winograd()
 
 
 @pytest.mark.parametrize("name", ["cnn", "resnet"])
-def test_a_step_with_winograd_convs_trains_as_eager_mode(name):
+def test_a_step_with_winograd_convs_trains_as_one_with_direct_convs(name):
     """The zoo CNN and ResNet (whose 16- and 32-channel stride-1 convs run as
-    Winograd) against eager mode over 10 steps: losses and parameters
-    measured within 2.2e-7 relative and 2.4e-7 absolute; allowed 1e-5.
-    (Further on, the two runs' rounding differences grow as those of any two
-    kernels do: over 50 steps the ResNet's loss measured 1.8e-4 apart.)"""
-    eager, compiled = _twins(name)
+    Winograd) against the same compiled step with direct convs over 10
+    steps: losses and parameters measured within 2.2e-7 relative and 2.4e-7
+    absolute; allowed 1e-5. (Further on, the two runs' rounding differences
+    grow as those of any two kernels do: over 50 steps the ResNet's losses
+    measured 1.8e-4 apart.)"""
+    direct, winograd = _twins(name)
     loss_fn = nn.SoftmaxLoss()
-    opt_e = nn.optim.SGD(eager.parameters(), lr=0.05, momentum=0.9, weight_decay=1e-4)
-    opt_c = nn.optim.SGD(compiled.parameters(), lr=0.05, momentum=0.9, weight_decay=1e-4)
-    step = kiln.compile(lambda x, y: loss_fn(compiled(x), y), opt_c)
+    steps = [kiln.compile(lambda x, y, m=m: loss_fn(m(x), y),
+                          nn.optim.SGD(m.parameters(), lr=0.05, momentum=0.9, weight_decay=1e-4), winograd=w)
+             for m, w in ((direct, False), (winograd, True))]
     batches, probe = _batches(SHAPES[name], 10, 16), _twins(name)[0]
     graph = kiln.compile(lambda x, y: loss_fn(probe(x), y)).graph(*map(nn.Tensor, batches[0]))
     assert any(n.op.name == "conv2d_winograd" for n in graph.nodes)
     for x, y in batches:
-        want = _eager_step(eager, opt_e, loss_fn, x, y)
-        assert float(step(x, y).numpy()) == pytest.approx(want, rel=1e-5, abs=1e-6)
-    assert _state_gap(eager, compiled) < 1e-5
+        want, got = (float(step(x, y).numpy()) for step in steps)
+        assert got == pytest.approx(want, rel=1e-5, abs=1e-6)
+    assert _state_gap(direct, winograd) < 1e-5
+
+
+@pytest.mark.parametrize("on", [True, False])
+def test_eager_convs_dispatch_to_winograd_unless_switched_off(on, monkeypatch):
+    """Eager: the conv and its data gradient run as the three kernels of a
+    ``WinogradKernel`` (blocking, weight transform, Winograd conv), or as the
+    direct kernels with ``KILN_WINOGRAD=0``; either way the output and the
+    gradients match numpy within the Winograd bound."""
+    monkeypatch.setenv("KILN_WINOGRAD", "1" if on else "0")
+    kiln.manual_seed(3)
+    conv = nn.Conv(16, 24, 3)
+    x = nn.Tensor(np.random.default_rng(0).standard_normal((3, 16, 9, 7)).astype("float32"), requires_grad=True)
+    y = conv(x)
+    y.sum().backward()
+    kinds = {k.op.name: type(k).__name__ for k in conv.kernel_pool.kernels()}
+    want_kind = "WinogradKernel" if on else "Kernel"
+    assert kinds["conv2d"] == kinds["conv2d_backward_data"] == want_kind
+    w = conv.weight.numpy().astype("float64")
+    xs = x.numpy().astype("float64")
+    want = get_op("conv2d").reference(xs, w, layout="NCHW", stride=(1, 1), padding=(1, 1), dilation=(1, 1))
+    want += conv.bias.numpy().reshape(1, -1, 1, 1)
+    gx = get_op("conv2d_backward_data").reference(np.ones(want.shape), w, in_size=(9, 7), stride=(1, 1),
+                                                  padding=(1, 1), dilation=(1, 1))
+    for got, ref in ((y.numpy(), want), (x.grad.numpy(), gx)):
+        assert np.abs(got - ref).max() <= RELATIVE[4] * np.abs(ref).max()
