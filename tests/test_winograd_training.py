@@ -9,7 +9,7 @@ from kiln import nn
 from kiln.te import get_op
 from kiln.te.layout import blocked_array
 
-from test_compile import SHAPES, _batches, _eager_step, _state_gap, _twins
+from test_compile import SHAPES, _batches, _state_gap, _twins
 
 #: the largest error relative to the output's largest magnitude, as ``tests/test_winograd.py`` bounds it
 RELATIVE = {2: 4e-6, 4: 2e-5}
