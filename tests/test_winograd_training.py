@@ -117,3 +117,24 @@ def test_eager_convs_dispatch_to_winograd_unless_switched_off(on, monkeypatch):
                                                   padding=(1, 1), dilation=(1, 1))
     for got, ref in ((y.numpy(), want), (x.grad.numpy(), gx)):
         assert np.abs(got - ref).max() <= RELATIVE[4] * np.abs(ref).max()
+
+
+def test_the_plan_keeps_what_winograd_does_not_fit_direct():
+    """A dilation, a stride, a symbolic batch and a data gradient whose
+    padding is wider than its kernel stay direct; a 16-channel float32 or
+    float64 layer is planned."""
+    from kiln.graph.winograd import plan
+
+    conv, grad, cpu = get_op("conv2d"), get_op("conv2d_backward_data"), kiln.cpu()
+
+    def planned(op, shapes, dtype="float32", **attrs):
+        w = op.check(shapes, [dtype] * 2, attrs)
+        return plan(op.name, w.shapes, w.dtypes, w.attrs, cpu)
+
+    shapes = [(2, 16, 8, 8), (16, 16, 3, 3)]
+    assert planned(conv, shapes, padding=1) and planned(conv, shapes, "float64", padding=1)
+    assert planned(conv, shapes, padding=2, dilation=2) is None
+    assert planned(conv, shapes, padding=1, stride=2) is None
+    assert planned(conv, [(kiln.te.sym("n"), 16, 8, 8), (16, 16, 3, 3)], padding=1) is None
+    assert planned(grad, [(2, 16, 8, 8), (16, 16, 3, 3)], in_size=(10, 10), padding=0)
+    assert planned(grad, [(2, 16, 12, 12), (16, 16, 3, 3)], in_size=(8, 8), padding=3) is None
