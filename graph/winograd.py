@@ -7,8 +7,8 @@ parameter), or a stride-1 ``conv2d_backward_data`` (a stride-1 convolution
 of ``gy`` with the kernel flipped and its channels swapped, padding ``2 -
 p``), that ``prepack.winograd_tile`` would run as Winograd at export: a 3x3
 kernel at stride and dilation 1, 16 or more input channels, static shapes,
-tiles within ``WINOGRAD_TILE_BYTES``; and ``KILN_WINOGRAD`` on (the
-default). Rewrite: a ``winograd_conv2d_weight`` kernel transforms the
+tiles within ``WINOGRAD_TILE_BYTES``, at least as many tiles in the batch
+as output channels; and ``KILN_WINOGRAD`` on (the default). Rewrite: a ``winograd_conv2d_weight`` kernel transforms the
 weight (``flip`` for the data gradient) in every call, and the convolution
 becomes ``conv2d_winograd`` (a graph node keeps its epilogue), reading its
 input in blocks of a vector's channels (``to_blocked``: the input transform
@@ -21,7 +21,12 @@ benchmarks/winograd_vs_direct.py --training``): 16 -> 32 channels on 28x28
 2.32 ms against 0.07 + 1.04; the data gradient of that layer (32 -> 16) 2.33
 against 0.14 + 0.98; 16 -> 32 on 8x8 157 us against 9 + 80; 64 -> 64 on
 16x16 at 32 images 2.49 ms against 0.05 + 1.04 (reading the NCHW input as it
-lies, 3.69 ms).
+lies, 3.69 ms). The transformed weight is O x I x (m + 2)^2 values, the
+transformed input N x tiles x I x (m + 2)^2: where the batch holds fewer
+tiles than output channels, the weight's transform costs more than the
+products save (ResNet-18's 512x7x7 at 8 images, 128 tiles of F(2x2) for 512
+channels: direct 8.48 ms against 0.03 + 2.15 + 7.48; its 256x14x14, 392
+tiles for 256 channels, 7.63 against 0.04 + 0.20 + 4.53).
 
 Rounding differs from the direct kernel's as at export (``te/winograd.py``:
 about 1e-6 of the output's magnitude for F(2x2), 1e-5 for F(4x4));
@@ -34,6 +39,7 @@ from dataclasses import dataclass
 
 from ..schedules.cpu.conv2d_defaults import packed_channels
 from ..te import get_op
+from ..te.layout import blocks
 from ..te.shapes import static
 from .ir import Graph, Node, Value
 from .prepack import winograd_tile
@@ -70,7 +76,8 @@ def plan(op: str, shapes, dtypes, attrs: dict, target) -> Plan | None:
             return None
     workload = get_op("conv2d").check([x, w], list(dtypes), {"padding": padding})
     tile = winograd_tile(workload)
-    if not tile:
+    _, _, oh, ow = workload.out_shapes[0]
+    if not tile or x[0] * blocks(oh, tile) * blocks(ow, tile) < w[0]:  # the weight's transform would not pay
         return None
     lanes = target.lanes(str(dtypes[0]))
     in_block = lanes if x[1] % lanes == 0 else 0

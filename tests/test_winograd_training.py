@@ -103,7 +103,8 @@ def test_eager_convs_dispatch_to_winograd_unless_switched_off(on, monkeypatch):
     monkeypatch.setenv("KILN_WINOGRAD", "1" if on else "0")
     kiln.manual_seed(3)
     conv = nn.Conv(16, 24, 3)
-    x = nn.Tensor(np.random.default_rng(0).standard_normal((3, 16, 9, 7)).astype("float32"), requires_grad=True)
+    # 6 tiles of F(4x4) an image: 30 in the batch, for 24 output channels (16 in the data gradient)
+    x = nn.Tensor(np.random.default_rng(0).standard_normal((5, 16, 9, 7)).astype("float32"), requires_grad=True)
     y = conv(x)
     y.sum().backward()
     kinds = {k.op.name: type(k).__name__ for k in conv.kernel_pool.kernels()}
@@ -120,9 +121,9 @@ def test_eager_convs_dispatch_to_winograd_unless_switched_off(on, monkeypatch):
 
 
 def test_the_plan_keeps_what_winograd_does_not_fit_direct():
-    """A dilation, a stride, a symbolic batch and a data gradient whose
-    padding is wider than its kernel stay direct; a 16-channel float32 or
-    float64 layer is planned."""
+    """A dilation, a stride, a symbolic batch, a batch of fewer tiles than
+    output channels and a data gradient whose padding is wider than its
+    kernel stay direct; a 16-channel float32 or float64 layer is planned."""
     from kiln.graph.winograd import plan
 
     conv, grad, cpu = get_op("conv2d"), get_op("conv2d_backward_data"), kiln.cpu()
@@ -131,10 +132,13 @@ def test_the_plan_keeps_what_winograd_does_not_fit_direct():
         w = op.check(shapes, [dtype] * 2, attrs)
         return plan(op.name, w.shapes, w.dtypes, w.attrs, cpu)
 
-    shapes = [(2, 16, 8, 8), (16, 16, 3, 3)]
+    shapes = [(4, 16, 8, 8), (16, 16, 3, 3)]  # 4 tiles of F(4x4) an image: 16 for 16 channels
     assert planned(conv, shapes, padding=1) and planned(conv, shapes, "float64", padding=1)
     assert planned(conv, shapes, padding=2, dilation=2) is None
     assert planned(conv, shapes, padding=1, stride=2) is None
     assert planned(conv, [(kiln.te.sym("n"), 16, 8, 8), (16, 16, 3, 3)], padding=1) is None
+    # fewer tiles than output channels: F(2x2) on 4x4 has 4 an image, 12 in 3 images, for 16 channels
+    assert planned(conv, [(3, 16, 4, 4), (16, 16, 3, 3)], padding=1) is None
+    assert planned(conv, [(4, 16, 4, 4), (16, 16, 3, 3)], padding=1)
     assert planned(grad, [(2, 16, 8, 8), (16, 16, 3, 3)], in_size=(10, 10), padding=0)
     assert planned(grad, [(2, 16, 12, 12), (16, 16, 3, 3)], in_size=(8, 8), padding=3) is None
