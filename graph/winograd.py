@@ -5,28 +5,31 @@ training steps (``winograd_convs``, a graph pass) and eager ops
 Condition: on the CPU, an NCHW ``conv2d`` whose weight is no constant (a
 parameter), or a stride-1 ``conv2d_backward_data`` (a stride-1 convolution
 of ``gy`` with the kernel flipped and its channels swapped, padding ``2 -
-p``), that ``prepack.winograd_tile`` would run as Winograd at export: a 3x3
+p``), that ``prepack.winograd_tile`` would run as Winograd at export (a 3x3
 kernel at stride and dilation 1, 16 or more input channels, static shapes,
-tiles within ``WINOGRAD_TILE_BYTES``, at least as many tiles in the batch
-as output channels; and ``KILN_WINOGRAD`` on (the default). Rewrite: a ``winograd_conv2d_weight`` kernel transforms the
-weight (``flip`` for the data gradient) in every call, and the convolution
-becomes ``conv2d_winograd`` (a graph node keeps its epilogue), reading its
-input in blocks of a vector's channels (``to_blocked``: the input transform
-reads a vector of channels at a time) where the channels are whole vectors,
-and writing NCHW. The weight transform is small next to the convolution (O
-x I x 36 values where the convolution reads the whole batch). znver4, 64
-images, the direct ``conv2d`` (packing its weight in each call) against
-blocking + Winograd F(4x4), interleaved (``python
-benchmarks/winograd_vs_direct.py --training``): 16 -> 32 channels on 28x28
-2.32 ms against 0.07 + 1.04; the data gradient of that layer (32 -> 16) 2.33
-against 0.14 + 0.98; 16 -> 32 on 8x8 157 us against 9 + 80; 64 -> 64 on
-16x16 at 32 images 2.49 ms against 0.05 + 1.04 (reading the NCHW input as it
-lies, 3.69 ms). The transformed weight is O x I x (m + 2)^2 values, the
-transformed input N x tiles x I x (m + 2)^2: where the batch holds fewer
-tiles than output channels, the weight's transform costs more than the
-products save (ResNet-18's 512x7x7 at 8 images, 128 tiles of F(2x2) for 512
-channels: direct 8.48 ms against 0.03 + 2.15 + 7.48; its 256x14x14, 392
-tiles for 256 channels, 7.63 against 0.04 + 0.20 + 4.53).
+tiles within ``WINOGRAD_TILE_BYTES``), whose batch holds at least as many
+tiles as it has output channels; and ``KILN_WINOGRAD`` on (the default).
+
+Rewrite: a ``winograd_conv2d_weight`` kernel transforms the weight (``flip``
+for the data gradient) in every call, and the convolution becomes
+``conv2d_winograd`` (a graph node keeps its epilogue), reading its input in
+blocks of a vector's channels (``to_blocked``: the input transform reads a
+vector of channels at a time) where the channels are whole vectors, and
+writing NCHW. znver4, the direct ``conv2d`` (packing its weight in each
+call) against blocking + weight transform + Winograd F(4x4), interleaved
+(``python benchmarks/winograd_vs_direct.py --training``): 16 -> 32 channels
+on 28x28 at 64 images 2.38 ms against 0.07 + 0.02 + 1.04; that layer's data
+gradient (32 -> 16) 2.35 against 0.14 + 0.02 + 0.98; ResNet-18's 64x56x56
+at 8 images 8.41 against 0.14 + 0.02 + 3.45. Reading the NCHW input as it
+lies instead of blocking it, 64 -> 64 on 16x16 at 32 images took 3.69 ms
+against the direct 2.49 (1.09 blocked).
+
+The transformed weight is O x I x (m + 2)^2 values, the transformed input N
+x tiles x I x (m + 2)^2: where the batch holds fewer tiles than output
+channels, the weight's transform costs more than the products save
+(ResNet-18's 512x7x7 at 8 images, 128 tiles of F(2x2) for 512 channels:
+direct 8.48 ms against 0.03 + 2.15 + 7.48; its 256x14x14, 392 tiles for 256
+channels, 7.63 against 0.04 + 0.20 + 4.53).
 
 Rounding differs from the direct kernel's as at export (``te/winograd.py``:
 about 1e-6 of the output's magnitude for F(2x2), 1e-5 for F(4x4));
