@@ -32,9 +32,10 @@
                       3x3 stride-1 convolutions with 16 or more input
                       channels, and their data gradients, run as Winograd
                       convolutions in eager ``kiln.nn`` and in compiled steps
-                      (``kiln/graph/winograd.py``; rounding of about 1e-6 to
-                      1e-5 of the output where the direct kernel's is 1e-6);
-                      off keeps them direct.
+                      where the batch holds at least as many tiles as output
+                      channels (``kiln/graph/winograd.py``; rounding of about
+                      1e-6 to 1e-5 of the output where the direct kernel's is
+                      1e-6); off keeps them direct.
 
 An empty variable counts as unset. A value outside these rules raises
 ``kiln.errors.ConfigError``, which names the variable, the value and what is
