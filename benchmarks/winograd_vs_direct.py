@@ -78,13 +78,12 @@ def training(x, weight, workload, repeat: int) -> None:
         if composite is None:
             print(f"# {name}: kept direct (graph.winograd.plan)")
             continue
-        data, u = inputs[0], composite.stages[-2](inputs[1])
-        for stage in composite.stages:
-            args = [data] if stage.op.name == "to_blocked" else [inputs[1]] if stage is composite.stages[-2] \
-                else [data, u]
-            sides[f"{name} {stage.op.name}"] = kernel_sampler(stage, args)
-            if stage.op.name == "to_blocked":
-                data = stage(data)
+        data, weight = inputs
+        if composite.blocked is not None:
+            sides[f"{name} to_blocked"] = kernel_sampler(composite.blocked, [data])
+            data = composite.blocked(data)
+        sides[f"{name} winograd_conv2d_weight"] = kernel_sampler(composite.weight, [weight])
+        sides[f"{name} conv2d_winograd"] = kernel_sampler(composite.conv, [data, composite.weight(weight)])
     print(f"# {kiln.cpu()}  {'x'.join(map(str, x.shape))} -> {weight.shape[0]} channels, as training runs it "
           "(GFLOPS: the layer's direct-convolution work over the row's time)")
     for name, side in compare(sides, repeat).items():

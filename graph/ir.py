@@ -87,6 +87,16 @@ class Graph:
         self.nodes.append(node)
         return node
 
+    def insert(self, before: Node, op, attrs: dict, value: Value, name: str) -> Value:
+        """``op(value)`` as a node of its own placed right before ``before``
+        (one input, one output, named ``name``); its output."""
+        attrs = op.parse_attrs(attrs)
+        check = op.check([value.shape], [value.dtype], attrs)
+        node = Node(op, attrs, [value])
+        node.outputs = [Value(tuple(check.out_shapes[0]), check.out_dtypes[0], node=node, name=name)]
+        self.nodes.insert(self.nodes.index(before), node)
+        return node.outputs[0]
+
     def users(self, value: Value) -> list[Node]:
         """The nodes that read ``value`` (a node reading it twice is listed twice)."""
         return [n for n in self.nodes for v in n.operands() if v is value]

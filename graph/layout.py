@@ -109,11 +109,7 @@ def _block_operand(graph: Graph, node: Node, v: Value, block: int, converted: di
     if len(v.shape) == 5:
         return v
     if id(v) not in converted:
-        out = Value(TO_BLOCKED.infer_shape(v.shape, block), v.dtype, name=v.name + "@blocked")
-        convert = Node(TO_BLOCKED, {"block": block}, [v], [out])
-        out.node = convert
-        graph.nodes.insert(graph.nodes.index(node), convert)
-        converted[id(v)] = out
+        converted[id(v)] = graph.insert(node, TO_BLOCKED, {"block": block}, v, v.name + "@blocked")
     return converted[id(v)]
 
 

@@ -44,7 +44,7 @@ from ..schedules.cpu.conv2d_defaults import packed_channels
 from ..te import get_op
 from ..te.layout import blocks
 from ..te.shapes import static
-from .ir import Graph, Node, Value
+from .ir import Graph
 from .prepack import winograd_tile
 
 
@@ -98,12 +98,12 @@ def winograd_convs(graph: Graph, target) -> int:
         found = plan(node.op.name, [x.shape, weight.shape], [x.dtype, weight.dtype], node.attrs, target)
         if found is None:
             continue
-        weights = _insert(graph, node, get_op("winograd_conv2d_weight"), found.weight_attrs, weight,
-                          f"{weight.name}@winograd")
+        weights = graph.insert(node, get_op("winograd_conv2d_weight"), found.weight_attrs, weight,
+                               f"{weight.name}@winograd")
         if found.in_block:
             if id(x) not in blocked:
-                blocked[id(x)] = _insert(graph, node, get_op("to_blocked"), {"block": found.in_block}, x,
-                                         f"{x.name}@blocked")
+                blocked[id(x)] = graph.insert(node, get_op("to_blocked"), {"block": found.in_block}, x,
+                                              f"{x.name}@blocked")
             x = blocked[id(x)]
         node.op = get_op("conv2d_winograd")
         node.attrs = node.op.parse_attrs(found.conv_attrs)
@@ -111,12 +111,3 @@ def winograd_convs(graph: Graph, target) -> int:
         count += 1
     return count
 
-
-def _insert(graph: Graph, before: Node, op, attrs: dict, value: Value, name: str) -> Value:
-    """``op(value)`` as a node of its own placed right before ``before``; its output."""
-    attrs = op.parse_attrs(attrs)
-    check = op.check([value.shape], [value.dtype], attrs)
-    node = Node(op, attrs, [value])
-    node.outputs = [Value(tuple(check.out_shapes[0]), check.out_dtypes[0], node=node, name=name)]
-    graph.nodes.insert(graph.nodes.index(before), node)
-    return node.outputs[0]

@@ -12,9 +12,10 @@ from .pool import _ALLOC
 class WinogradKernel:
     """Stands for the op's kernel in a ``Dispatch``: the op's workload
     (``attrs``, ``shapes``... as ``Kernel`` has them, what autograd and the
-    recorder read) run as ``stages``: the input's blocking (when planned), the
-    weight transform and ``conv2d_winograd``, their intermediates allocated
-    per call (one dispatch may run in two engine threads at once)."""
+    recorder read) run as ``stages``: the input's blocking (``blocked``, when
+    planned), the weight transform (``weight``) and ``conv2d_winograd``
+    (``conv``), their intermediates allocated per call (one dispatch may run
+    in two engine threads at once)."""
 
     def __init__(self, workload, target, plan):
         (x_shape, w_shape), (x_dtype, w_dtype) = workload.shapes, workload.dtypes
@@ -25,12 +26,12 @@ class WinogradKernel:
         u_spec = weight.output_specs([w_shape])[0]
         x_spec = blocked.output_specs([x_shape])[0] if blocked else (tuple(x_shape), x_dtype)
         conv = build("conv2d_winograd", [x_spec[0], u_spec[0]], [x_dtype, w_dtype], plan.conv_attrs, target)
-        self.stages = [k for k in (blocked, weight, conv) if k is not None]
-        self._blocked, self._weight, self._conv = blocked, weight, conv
+        self.blocked, self.weight, self.conv = blocked, weight, conv
         self._scratch = [(tvm_ffi.Shape(s), tvm_ffi.dtype(d)) for s, d in ([x_spec] if blocked else []) + [u_spec]]
         self._device = target.device()
 
     op = property(lambda self: self.workload.op)
+    stages = property(lambda self: [k for k in (self.blocked, self.weight, self.conv) if k is not None])
     attrs = property(lambda self: self.workload.attrs)
     shapes = property(lambda self: self.workload.shapes)
     dtypes = property(lambda self: self.workload.dtypes)
@@ -47,11 +48,11 @@ class WinogradKernel:
         """Run the stages on device tensors, writing ``outputs``."""
         x, w = inputs
         scratch = [_ALLOC(shape, dtype, self._device, None) for shape, dtype in self._scratch]
-        if self._blocked is not None:
-            self._blocked.launch([x], scratch[:1], checked)
+        if self.blocked is not None:
+            self.blocked.launch([x], scratch[:1], checked)
             x = scratch[0]
-        self._weight.launch([w], scratch[-1:], checked)
-        self._conv.launch([x, scratch[-1]], outputs, checked)
+        self.weight.launch([w], scratch[-1:], checked)
+        self.conv.launch([x, scratch[-1]], outputs, checked)
 
     def __repr__(self) -> str:
         return f"<WinogradKernel {self.op.name} {self.shapes} as {' + '.join(k.op.name for k in self.stages)}>"
