@@ -126,15 +126,18 @@ def stage_and_finish(sch, red, acc, threads: tuple, slice_loop, step_loop, stage
     sch.bind(ty_loop, "threadIdx.y")
     sch.bind(tx_loop, "threadIdx.x")
     unroll(sch, ty_loop, cfg)
+    loops = [sch.get(lp) for lp in sch.get_loops(red)]
+    grid = next(k for k, lp in enumerate(loops) if lp.same_as(sch.get(tx_loop))) + 1  # block and thread loops
+    depth = next(k for k, lp in enumerate(loops) if lp.same_as(sch.get(slice_loop))) + 1
     sch.reverse_compute_at(acc, tx_loop)
     for _, local in staged:  # consumers first: compute_at needs them under the loop
         sch.compute_at(local, step_loop)
     for shared, _ in staged:
         sch.compute_at(shared, slice_loop)
-        cooperative_fetch(sch, shared, 5, extents, vector)
+        cooperative_fetch(sch, shared, depth, extents, vector)
     sch.decompose_reduction(red, slice_loop)
     fold_consumers(sch, acc)  # what cannot be folded gets its own kernel below
-    own = sch.get_loops(acc)[4:]  # below the block and thread loops
+    own = sch.get_loops(acc)[grid:]
     if len(own) > 1:
         sch.fuse(*own)
     bind_rest(sch, cfg)
