@@ -88,6 +88,26 @@ def test_the_weight_gradient_of_a_large_layer_fills_the_gpu_by_default():
     assert Space(task).default["split"] == 32
 
 
+@pytest.mark.parametrize("case", [Case("conv2d", [(2, 16, 7, 7), (24, 16, 3, 3)], attrs={"padding": 1}),
+                                  Case("conv2d_backward_data", [(2, 5, 5, 6), (5, 3, 3, 3)],
+                                       attrs={"in_size": (9, 11), "padding": 1, "stride": 2})], ids=str)
+def test_several_output_rows_per_thread_match_numpy(case):
+    """``tile_y`` rows of a 7-row map (the last block's rows cut short) and of
+    a stride-2 data gradient."""
+    task = _task(case)
+    default = Space(task).default
+    for tile_y in (2, 4):
+        _cpu_check(task, dict(default, tile_y=tile_y))
+
+
+def test_the_conv_takes_several_rows_per_thread_where_the_grid_stays_full():
+    def default(batch):
+        case = Case("conv2d", [(batch, 128, 28, 28), (128, 128, 3, 3)], attrs={"padding": 1})
+        return Space(_task(case)).default["tile_y"]
+
+    assert (default(8), default(1)) == (4, 1)  # 224 blocks at batch 8, 28 at batch 1
+
+
 @needs_gpu
 @pytest.mark.parametrize("case", WORKLOADS, ids=str)
 def test_default_and_sampled_configs_match_numpy_on_the_gpu(case):
