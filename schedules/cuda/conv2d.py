@@ -73,11 +73,13 @@ def _default_tile_y(cfg: Config, rows: int | None, blocks: list) -> int:
     7.8 / 6.3), 7-row maps 2 forward (2.9 / 3.9 / 3.3, stride 2 3.0 / 3.6 /
     2.4) but 1 for the data gradient (5.4 / 4.3 / 3.3); 1 for a stride-2 data
     gradient (14 rows: 4.6 / 4.2 / 4.8) and 56-row maps (15.0 / 14.9 / 15.7).
-    The stride-2 64x56x56 layer's 28 rows take 4 unmeasured. Each only where
-    the grid keeps ``MIN_BLOCKS`` blocks (at batch 1 the layers run on fewer:
-    not measured, kept at 1)."""
+    A stride-2 conv takes at most 2 (its 64x56x56 layer's 28 rows: untimed).
+    Each only where the grid keeps ``MIN_BLOCKS`` blocks (at batch 1 the
+    layers run on fewer: not measured, kept at 1)."""
     forward = cfg.workload.op.name == "conv2d"
     if rows is None or None in blocks or not forward and max(cfg.workload.attrs["stride"]) > 1:
         return 1
     choice = 4 if 20 <= rows < 40 else 2 if 10 <= rows < 20 or rows < 10 and forward else 1
+    if max(cfg.workload.attrs["stride"]) > 1:
+        choice = min(choice, 2)  # 4 rows of a stride-2 conv read 9 input rows: slower on both layers timed
     return choice if math.prod(blocks) * -(-rows // choice) >= MIN_BLOCKS else 1
