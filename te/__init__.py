@@ -17,8 +17,9 @@ Rules every op follows (numpy's, so the numpy references in the tests agree):
 - Zero-size dims compute numpy's result (an empty array, a sum of nothing is
   0, a mean NaN) on the CPU. They are refused with ShapeError where numpy
   raises (a max or softmax over a zero-length axis), where an op needs an
-  element (windows of conv2d and pooling, the cross-entropy's N and C, the
-  data-dependent ops' input) and on CUDA.
+  element (windows of conv2d and pooling, the cross-entropy's N and C,
+  training-mode BatchNorm's values per channel, the data-dependent ops'
+  input) and on CUDA.
 """
 from .attrs import Attr
 from .registry import Op, call, get_op, list_ops, register

@@ -26,7 +26,7 @@ from ..errors import GradError, ShapeError
 from . import attrs as A
 from .registry import Op, call, register
 from .grad import as_dtype
-from .shapes import dtype_of, promote, same_dim, shape_str, size
+from .shapes import dtype_of, promote, same_dim, shape_str, size, static
 
 FLOATS = ("float32", "float64")
 EPS = {"eps": A.Attr(A.positive_float, default=1e-5, doc="added to the variance")}
@@ -90,6 +90,9 @@ class BatchNormTrain(Op):
 
     def infer_shape(self, x, gamma, beta, eps):
         _check_channels(self.name, x, ("gamma", gamma), ("beta", beta))
+        if any(static(x[a]) == 0 for a in _axes(len(x))):
+            raise ShapeError(f"got x of shape {shape_str(x)}: no values per channel, expected at least one to take "
+                             "the batch's statistics of", op=self.name, arg="x")
         return [tuple(x), (x[1],), (x[1],)]
 
     def infer_dtype(self, x, gamma, beta, eps):

@@ -58,6 +58,8 @@ def test_zero_size_dims_compute_numpy_or_raise_shape_error(name, where):
     (Case("relu", [(0,)]), "computed"),
     (Case("max", [(0, 3)], attrs={"axis": 0}), "refused"),  # numpy raises: no identity
     (Case("softmax", [(2, 0)]), "refused"),
+    (Case("batch_norm_train", [(0, 3, 4, 5), (3,), (3,)]), "refused"),  # no statistics of nothing
+    (Case("batch_norm_train", [(2, 3, 0), (3,), (3,)]), "refused"),
 ])
 def test_zero_size_examples(case, outcome):
     assert check_numpy_or_shape_error(case) == outcome
