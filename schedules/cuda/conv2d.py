@@ -19,8 +19,8 @@ from __future__ import annotations
 
 import math
 
-from ..config import Config
 from ...errors import ScheduleError
+from ..config import Config
 from ..dispatch import NOT_APPLICABLE, NotApplicable, register_template
 from ..util import const_int, extent
 from .common import pow2_at_least, stage_and_finish, stage_operands, vector_knob

@@ -12,8 +12,13 @@ block's output channels) are copied to shared memory by all the threads
 together, the padding and the transpose of ``gy`` folded into the copy; then
 every thread accumulates its ``tile_c x KH x KW x tile_o`` register tile
 (at most 64 accumulators) over the row's output columns, loading its inputs
-and ``tile_o`` gradients from shared memory into registers per column. The small transpose of the
-result to OIHW is a flat kernel of its own.
+and ``tile_o`` gradients from shared memory into registers per column. The
+small transpose of the result to OIHW is a flat kernel of its own.
+
+Where the channels alone make too few thread blocks to fill the GPU, the
+rows are cut into ``split`` parts (the batch first, then each image's rows)
+on the grid's z axis (``rfactor``): each part sums its rows into a partial
+dw, and a flat kernel adds the parts, writing dw transposed to OIHW.
 """
 from __future__ import annotations
 
