@@ -53,27 +53,17 @@ def build(job):
 
 
 def torch_seconds(row, inputs) -> float:
+    """PyTorch's time for the layer (cuDNN), by ``cuda_suite.torch_ms``."""
     import torch
 
-    shapes, attrs, _ = spec(row)
+    from cuda_suite import torch_ms
+
+    _, attrs, _ = spec(row)
     a, b = [torch.from_numpy(x).cuda() for x in inputs]
     if row[0] == "conv2d":
-        def fn():
-            return torch.nn.functional.conv2d(a, b, stride=attrs["stride"], padding=1)
-    else:
-        def fn():
-            return torch.nn.grad.conv2d_input((BATCH, row[1], row[2], row[2]), b, a, stride=attrs["stride"], padding=1)
-    for _ in range(5):
-        fn()
-    start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-    times = []
-    for _ in range(30):
-        start.record()
-        fn()
-        end.record()
-        torch.cuda.synchronize()
-        times.append(start.elapsed_time(end) / 1e3)
-    return float(np.median(times))
+        return torch_ms(lambda: torch.nn.functional.conv2d(a, b, stride=attrs["stride"], padding=1)) / 1e3
+    size = (BATCH, row[1], row[2], row[2])
+    return torch_ms(lambda: torch.nn.grad.conv2d_input(size, b, a, stride=attrs["stride"], padding=1)) / 1e3
 
 
 def main() -> int:
