@@ -3,11 +3,11 @@
 ``compile_graph`` drops the work no output needs (``Graph.prune``), fuses
 elementwise consumers into their producers (``graph.fuse``), runs 3x3
 stride-1 convolutions and their data gradients as Winograd convolutions
-(``graph.winograd``), lowers the
-graph to one Relax function of kiln-scheduled kernels (``graph.lower``) and
-compiles it with the exporter's pipeline, whose static memory planning
-reuses the intermediates' buffers. A call is one VM call: the inputs in,
-the outputs (a tuple when several) back. The passes that need constant
+(``graph.winograd``), lowers the graph to one Relax function of
+kiln-scheduled kernels (``graph.lower``) and compiles it with the
+exporter's pipeline, whose static memory planning reuses the
+intermediates' buffers. A call is one VM call: the inputs in, the outputs
+(a tuple when several) back. The passes that need constant
 weights (folding, pre-packing, blocked layouts) have nothing to do in a
 training step, whose weights change every call.
 

@@ -110,4 +110,3 @@ def winograd_convs(graph: Graph, target) -> int:
         node.inputs = [x, weights]
         count += 1
     return count
-

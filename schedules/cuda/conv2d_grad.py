@@ -52,6 +52,7 @@ def schedule_conv2d_backward_weight_cuda(sch, block, cfg: Config) -> NotApplicab
     n, oh = const_int(extent(sch, rn)), const_int(extent(sch, ry))
     grid = -(-o_ext // (threads_o * tile_o)) * -(-c_ext // (threads_c * tile_c))
     split = cfg.define_knob("split", SPLITS, default=_default_split(grid, n, oh, o_ext * c_ext * taps))
+    # declared whatever the split, so every config of a task names the same knobs
     sum_threads = cfg.define_knob("sum_threads", (64, 128, 256, 512), default=256)
 
     red = acc
