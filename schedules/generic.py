@@ -3,7 +3,8 @@ matches. Injective blocks are fused, vectorized and run in parallel; reductions
 run parallel over their outputs and vectorized either across outputs (when the
 innermost output axis is long) or across a factored slice of the reduction.
 
-Knobs (names are prefixed with the block's name when a function has several):
+Knobs (names are prefixed with the block's name where an op has several
+blocks, and on a fused epilogue's blocks: ``schedule_auto``):
 
 ``vector``    lanes of the innermost vectorized loop (default: the target's
               vector lanes for the dtype, 1 for short loops).
@@ -289,14 +290,29 @@ def schedule_serial(sch, block, cfg: Config) -> None:
 @register_template("cpu", fallback=True)
 def schedule_auto(sch, block, cfg: Config, prefer_rfactor: bool = False) -> None:
     """Any op: inline intermediate injective blocks, then schedule each remaining
-    block as a reduction (``schedule_reduction``) or an injective loop nest."""
+    block as a reduction (``schedule_reduction``) or an injective loop nest.
+
+    Knob names are prefixed with their block's name where the op's own
+    blocks (``block`` and those before it) are several; an op of one block
+    keeps them plain on the block that stands for it (``block``, or the
+    output it was inlined into), and the blocks of a fused epilogue after it
+    take prefixes. So a kernel with an epilogue declares the knobs of its op
+    alone, and a config tuned on the op alone applies to it."""
     all_blocks = blocks(sch)
-    many = len(all_blocks) > 1
+    names = [block_name(sch, b) for b in all_blocks]
+    own = names.index(block_name(sch, block)) + 1
+    chain = [block]  # the block and the consumers it may be inlined into, in turn
+    while len(consumers := sch.get_consumers(chain[-1])) == 1:
+        chain.append(consumers[0])
+    chain = [block_name(sch, b) for b in chain]
     for b in all_blocks:
         if not is_output(sch, b) and not is_reduction(sch, b):
             try_inline(sch, b)
+    left = [block_name(sch, b) for b in blocks(sch)]
+    plain = next((name for name in chain if name in left), None) if own == 1 else None
     for b in blocks(sch):
-        prefix = block_name(sch, b) + "." if many else ""
+        name = block_name(sch, b)
+        prefix = "" if name == plain else name + "."
         if is_reduction(sch, b):
             schedule_reduction(sch, b, cfg, prefix, prefer_rfactor)
         elif is_output(sch, b) or not try_inline(sch, b):

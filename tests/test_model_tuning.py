@@ -5,6 +5,7 @@ import signal
 import subprocess
 import sys
 import time
+import warnings
 from collections import Counter
 
 import numpy as np
@@ -249,6 +250,30 @@ def test_tuned_records_reach_the_export_and_the_compiled_step(tmp_path, monkeypa
     assert node_workload(kernel_nodes(static)[0]).key == first.task.workload.key
     with untuned():
         assert graph_key(static, target) != tuned_key  # a new record makes a new compiled step
+
+
+def test_configs_tuned_on_an_op_alone_apply_to_its_fused_kernels(tmp_path, monkeypatch):
+    """A task is its op alone; the step's kernel of it may carry an epilogue
+    (the pool's gradient broadcast into the ReLU's). Each task's config,
+    recorded as tuned, reaches every kernel of the task: none ignored for
+    knobs its fused kernel names otherwise."""
+    monkeypatch.setattr(records, "_applied", [])
+    model = build_model("cnn", (1, 8, 8), 10)
+    x = np.random.default_rng(0).random((8, 1, 8, 8), dtype=np.float32)
+    y = np.arange(8, dtype="int32") % 10
+    tasks = extract(model, x, training=True, labels=y)
+    fused = [t for t in tasks if any(name != t.task.op.name for name in t.kernels)]
+    assert any(t.task.op.name == "broadcast_to" for t in fused)  # the case that was ignored
+    records.append(tmp_path / "records.jsonl", [
+        records.make_record(t.task.json, kiln.autotune.Space(t.task).default,
+                            result={"median_s": 1e-6, "costs": [1e-6]}) for t in tasks])
+    apply_records(tmp_path / "records.jsonl")
+    loss_fn, opt = nn.SoftmaxLoss(), nn.optim.Adam(model.parameters())
+    step = kiln.compile(lambda a, b: loss_fn(model(a), b), opt)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", RuntimeWarning)  # "ignoring the tuning record for ..."
+        loss = step(nn.Tensor(x), nn.Tensor(y)).numpy()
+    assert np.isfinite(loss)
 
 
 def test_the_model_tune_table_puts_each_task_beside_its_arithmetic_at_the_fma_peak():
