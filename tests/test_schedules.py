@@ -78,3 +78,22 @@ def test_a_config_changes_the_schedule_and_keeps_the_result():
     serial = kiln.build("exp", [x.shape], config={"vector": 1, "parallel": 0})
     assert "T.vectorized" in default.script() and "T.vectorized" not in serial.script()
     np.testing.assert_allclose(serial(x), default(x), rtol=1e-6)
+
+
+@pytest.mark.parametrize("shape, axis, sliced", [
+    ((64, 32, 8, 8), (0, 2, 3), True),    # per channel of NCHW: h and w adjacent, n outside the slice
+    ((128, 512), (1,), True),             # row sums
+    ((8, 256, 14, 14), (0, 2, 3), False),  # 196 = h x w takes no whole vector: a slice would span n
+    ((512, 128), (0,), False),            # column sums: vectors across the outputs read rows whole
+])
+def test_a_reduction_over_trailing_dims_reads_them_in_vector_slices(shape, axis, sliced):
+    """The generic reduction takes a vector slice of the reduction (rfactor)
+    by default where the slice reads adjacent elements, cut from the
+    innermost reduction loops a vector divides."""
+    kernel = kiln.build("sum", [shape], attrs={"axis": axis})
+    assert kernel.resolved_config()["rfactor"] == int(sliced)
+    x = np.random.default_rng(0).standard_normal(shape).astype("float32")
+    for config in ({}, {"rfactor": 1}):
+        out = kiln.build("sum", [shape], attrs={"axis": axis}, config=config)(x)
+        np.testing.assert_allclose(out.numpy() if hasattr(out, "numpy") else out, x.sum(axis=axis),
+                                   rtol=1e-4, atol=1e-3)
