@@ -92,7 +92,8 @@ def _progress(plan) -> None:
     budget = f"/{_clock(plan.budget_s)}" if plan.budget_s else ""
     trials = f"/{plan.trial_budget}" if plan.trial_budget else ""
     best = f"{state.best_s * 1e3:.4f} ms" if state.best_s < math.inf else "-"
-    print(f"[{plan.trials:>5}{trials} trials  {_clock(plan.elapsed)}{budget}] {state.model_task.name} x{state.calls}: "
+    name = task_names(plan.states)[plan.states.index(state)]
+    print(f"[{plan.trials:>5}{trials} trials  {_clock(plan.elapsed)}{budget}] {name} x{state.calls}: "
           f"best {best}  model est. {plan.estimate_s() * 1e3:.4f} ms (untuned {plan.estimate_s(True) * 1e3:.4f})",
           file=sys.stderr, flush=True)
 
@@ -103,17 +104,32 @@ def _clock(seconds: float) -> str:
 
 
 def _summary(args, plan, times: dict, peak_gflops: float) -> dict:
-    tasks = [{"task": s.model_task.name, "calls": s.calls, "trials": s.trials, "stopped": s.stopped or None,
+    tasks = [{"task": name, "calls": s.calls, "trials": s.trials, "stopped": s.stopped or None,
               "confirmed": s.confirmed,
               "default_ms": s.default_s * 1e3 if s.default_s < math.inf else None,
               "best_ms": s.best_s * 1e3 if s.best_s < math.inf else None,
-              "peak_ms": peak_ms(s.model_task.task.workload, peak_gflops)} for s in plan.states]
+              "peak_ms": peak_ms(s.model_task.task.workload, peak_gflops)}
+             for s, name in zip(plan.states, task_names(plan.states))]
     return {"model": args.model, "batch": args.batch_size, "training": args.training, "trials": plan.trials,
             "fma_peak_gflops": peak_gflops,
             "measured_now": plan.measured, "rounds": plan.rounds, "elapsed_s": round(plan.elapsed, 1),
             "estimate_untuned_ms": plan.estimate_s(True) * 1e3, "estimate_tuned_ms": plan.estimate_s() * 1e3,
             "untuned_ms": times["untuned_s"] * 1e3, "tuned_ms": times["tuned_s"] * 1e3,
             "speedup": times["untuned_s"] / times["tuned_s"], "tasks": tasks}
+
+
+def task_names(states) -> list[str]:
+    """Each state's task named as ``Task.name`` (op and shapes); tasks that
+    share that name (``multiply_scalar(16)`` by 0.9 and by 0.01) with the
+    attributes that tell them apart."""
+    names = [s.model_task.name for s in states]
+    shown = []
+    for state, name in zip(states, names):
+        attrs = state.model_task.task.attrs
+        twins = [s.model_task.task.attrs for s, n in zip(states, names) if n == name]
+        differ = [k for k in attrs if any(t.get(k) != attrs[k] for t in twins)]
+        shown.append(f"{name[:-1]}; {', '.join(f'{k}={attrs[k]!r}' for k in differ)})" if differ else name)
+    return shown
 
 
 def peak_ms(workload, peak_gflops: float) -> float | None:

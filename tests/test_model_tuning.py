@@ -300,3 +300,14 @@ def test_the_model_tune_table_puts_each_task_beside_its_arithmetic_at_the_fma_pe
     dense_line, relu_line = (line for line in _table(summary).splitlines() if line.strip().startswith(("dense", "relu")))
     assert dense_line.split()[-2:] == ["50%", "confirmed"] and relu_line.split()[-3:] == ["-", "-", "confirmed"]
     assert "100 GFLOPS" in _table(summary)
+
+
+def test_tasks_of_one_name_are_told_apart_by_their_attributes():
+    from types import SimpleNamespace
+
+    from kiln.cli.tune_model import task_names
+
+    tasks = [Task.create("multiply_scalar", [(16,)], attrs={"scalar": s}) for s in (0.9, 0.01)]
+    tasks.append(Task.create("relu", [(16,)]))
+    states = [SimpleNamespace(model_task=ModelTask(t, 2, ())) for t in tasks]
+    assert task_names(states) == ["multiply_scalar(16; scalar=0.9)", "multiply_scalar(16; scalar=0.01)", "relu(16)"]
