@@ -173,7 +173,7 @@ def schedule_reduction(sch, block, cfg: Config, prefix: str = "", prefer_rfactor
     slice of the innermost reduction loops. By default the slice is taken
     when the outputs are too few to fill a vector or where it reads adjacent
     elements (the reduced loops index the input's trailing dims:
-    ``_slice_start``); ``prefer_rfactor`` takes it whenever it can."""
+    ``_reads_adjacent``); ``prefer_rfactor`` takes it whenever it can."""
     kinds = loop_kinds(sch, block)
     loops = sch.get_loops(block)
     spatial = [lp for lp, red in zip(loops, kinds) if not red]
@@ -193,7 +193,7 @@ def schedule_reduction(sch, block, cfg: Config, prefix: str = "", prefer_rfactor
     # 64x32x8x8 per channel 31 -> 8.1, 8x64x56x56 616 -> 271)
     use_rf = cfg.define_knob(prefix + "rfactor", (0, 1) if can_rf else (0,), default=int(
         can_rf and inner_reduce and (prefer_rfactor or (last_sp is not None and last_sp < lanes)
-                                     or _slice_start(sch, block, reduce, lanes, contiguous=True) is not None))) \
+                                     or _reads_adjacent(sch, block, reduce, _slice_start(sch, reduce, lanes))))) \
         if spatial else 0
     par = cfg.define_knob(prefix + "parallel", (0, 1), default=int(
         bool(spatial) and (n_out is None or n_out * (red_n or 1) >= PARALLEL_MIN)))
@@ -256,35 +256,36 @@ def _vectorize_outputs(sch, block, spatial, reduce, lanes, par, cfg, prefix):
         sch.decompose_reduction(block, sch.get_loops(block)[1])
 
 
-def _slice_start(sch, block, reduce, vec: int, contiguous: bool = False) -> int | None:
+def _slice_start(sch, reduce, vec: int) -> int:
     """The first of the innermost reduction loops whose extents ``vec``
-    divides (the loops a vector slice is cut from: a slice across all of
+    divides: the loops a vector slice is cut from (a slice across all of
     them, an NCHW per-channel sum's n, h and w, would index each lane with a
-    division and a modulo). With ``contiguous``, None unless those loops
-    index the trailing dims of the block's widest input, in order (the
-    slice then reads adjacent elements)."""
+    division and a modulo)."""
     tail = len(reduce) - 1
     while tail > 0 and (work(sch, reduce[tail:]) or 1) % vec:
         tail -= 1
-    if not contiguous:
-        return tail
+    return tail
+
+
+def _reads_adjacent(sch, block, reduce, tail: int) -> bool:
+    """Whether the reduction loops from ``tail`` on index the trailing dims
+    of the block's widest input, in order: a slice of them reads adjacent
+    elements."""
     stmt = sch.get(block)
     reduced = [iv.var for iv in stmt.iter_vars if iv.iter_type == tirx.IterVar.CommReduce]
     if len(reduced) != len(reduce) or not stmt.reads:
-        return None
+        return False
     region = max(stmt.reads, key=lambda r: len(r.region)).region  # the widest input's elements read
     wanted = reduced[tail:]
     trailing = [r.min for r in region[len(region) - len(wanted):]] if len(region) >= len(wanted) else []
-    return tail if len(trailing) == len(wanted) and all(i.same_as(v) for i, v in zip(trailing, wanted)) else None
+    return len(trailing) == len(wanted) and all(i.same_as(v) for i, v in zip(trailing, wanted))
 
 
 def _rfactor(sch, block, spatial, reduce, red_n, lanes, par, cfg, prefix):
     """Split the reduction into ``vector`` partial results computed with vector
     instructions, then combine them: the rfactor of the innermost slice."""
     vec = cfg.define_knob(prefix + "vector", tuple(v for v in (lanes, 2 * lanes) if red_n % v == 0), default=lanes)
-    # the slice comes from the innermost reduction loops whose extents a vector divides: a slice across
-    # all of them (an NCHW per-channel sum: n, h, w) would index each lane with a division and a modulo
-    tail = _slice_start(sch, block, reduce, vec)
+    tail = _slice_start(sch, reduce, vec)
     r = sch.fuse(*reduce[tail:]) if len(reduce) - tail > 1 else reduce[tail]
     _, r_inner = sch.split(r, [None, vec])
     rf = sch.rfactor(r_inner, factor_axis=len(spatial))
