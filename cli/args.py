@@ -108,7 +108,14 @@ def input_dtypes(text: str, count: int) -> list[str]:
     return dtypes * count if len(dtypes) == 1 else dtypes
 
 
+#: bare words a shell user writes for a boolean attr (``--attr keepdims=true``)
+BOOLEAN_WORDS = {"true": True, "false": False}
+
+
 def parse_attrs(op: str, items: list[str]) -> dict:
+    """``--attr KEY=VALUE`` items as attrs: each value a Python literal
+    (``axis=(0,2)``, ``keepdims=True``), ``true``/``false`` in any case a
+    bool, any other word a string (``layout=NHWC``)."""
     attrs = {}
     for item in items:
         key, sep, value = item.partition("=")
@@ -117,5 +124,6 @@ def parse_attrs(op: str, items: list[str]) -> dict:
         try:
             attrs[key.strip()] = ast.literal_eval(value.strip())
         except (ValueError, SyntaxError, TypeError, MemoryError, RecursionError):
-            attrs[key.strip()] = value.strip()  # a bare word, e.g. layout=NHWC
+            word = value.strip()  # a bare word, e.g. layout=NHWC
+            attrs[key.strip()] = BOOLEAN_WORDS.get(word.lower(), word)
     return attrs

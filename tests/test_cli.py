@@ -41,6 +41,13 @@ def test_errors_are_one_line_and_exit_2(capsys, argv, needle):
     assert err.startswith("kiln: error:") and needle in err and "Traceback" not in err
 
 
+def test_attrs_take_literals_and_the_shell_words_for_booleans():
+    from kiln.cli.args import parse_attrs
+    got = parse_attrs("sum", ["axis=(0, 2)", "keepdims=true", "layout=NHWC", "flip=FALSE", "scalar=0.5"])
+    assert got == {"axis": (0, 2), "keepdims": True, "layout": "NHWC", "flip": False, "scalar": 0.5}
+    assert main(["show", "sum", "--shape", "4x4", "--attr", "axis=1", "--attr", "keepdims=true"]) == 0
+
+
 def test_console_entry_point_runs():
     res = subprocess.run([sys.executable, "-m", "kiln.cli", "ops"], capture_output=True, text=True, timeout=120)
     assert res.returncode == 0 and "matmul" in res.stdout
