@@ -80,6 +80,22 @@ def test_a_config_changes_the_schedule_and_keeps_the_result():
     np.testing.assert_allclose(serial(x), default(x), rtol=1e-6)
 
 
+@pytest.mark.parametrize("shape, sliced", [
+    ((32, 64, 16, 16), True),   # a map of 256: each channel's slices read adjacent elements
+    ((16, 32, 2, 2), False),    # a map of 4 is less than a vector: a slice would span the batch and gather
+])
+def test_batch_norm_statistics_take_vector_slices_only_where_they_read_adjacent_memory(shape, sliced):
+    c = shape[1]
+    rng = np.random.default_rng(0)
+    x, gamma, beta = (rng.standard_normal(s).astype("float32") for s in (shape, (c,), (c,)))
+    kernel = kiln.build("batch_norm_train", [shape, (c,), (c,)])
+    config = kernel.resolved_config()
+    assert config["batch_norm_train_mean.rfactor"] == config["batch_norm_train_var.rfactor"] == int(sliced)
+    want = get_op("batch_norm_train").reference(x, gamma, beta, eps=1e-5)
+    for got, ref in zip(kernel(x, gamma, beta), want):
+        np.testing.assert_allclose(got.numpy() if hasattr(got, "numpy") else got, ref, rtol=1e-4, atol=1e-4)
+
+
 @pytest.mark.parametrize("shape, axis, sliced", [
     ((64, 32, 8, 8), (0, 2, 3), True),    # per channel of NCHW: h and w adjacent, n outside the slice
     ((128, 512), (1,), True),             # row sums
