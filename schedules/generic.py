@@ -7,7 +7,9 @@ Knobs (names are prefixed with the block's name where an op has several
 blocks, and on a fused epilogue's blocks: ``schedule_auto``):
 
 ``vector``    lanes of the innermost vectorized loop (default: the target's
-              vector lanes for the dtype, 1 for short loops).
+              vector lanes for the dtype, 1 for short loops; a reduction's
+              slice the widest of a quarter, half or whole vector, at
+              least 4 lanes, that reads adjacent elements).
 ``rows``      1 to keep the innermost loop apart, under the fused outer
               loops, and vectorize it by itself (``_vectorize_row``); 0 to
               fuse every loop. Default 1 where a vector of the fused loop
@@ -174,9 +176,9 @@ def schedule_reduction(sch, block, cfg: Config, prefix: str = "") -> None:
     when the outputs are too few to fill a vector or where it reads adjacent
     elements (the reduced loops index the input's trailing dims:
     ``_reads_adjacent``), as a BatchNorm's per-channel statistics of NCHW
-    data do on maps of a vector or more (32x64x16x16: 0.136 ms against 0.305
-    across the channels); on smaller maps a slice would span the batch dim
-    and gather (256x64x2x2: 0.107 against 0.067 across the channels)."""
+    data do on maps of 4 elements or more (32x64x16x16: 0.136 ms against
+    0.305 across the channels); on maps of 7x7 a slice would span the batch
+    dim and gather (16x64x7x7: 0.088 against 0.038 across the channels)."""
     kinds = loop_kinds(sch, block)
     loops = sch.get_loops(block)
     spatial = [lp for lp, red in zip(loops, kinds) if not red]
@@ -189,21 +191,26 @@ def schedule_reduction(sch, block, cfg: Config, prefix: str = "") -> None:
     # rfactor needs an output axis to hang the partial results on (TVM cannot
     # rfactor into a 0-d output) and a slice that divides the reduction (a
     # predicated slice gives wrong partial results).
-    can_rf = bool(spatial) and red_n is not None and red_n >= 2 * lanes and red_n % lanes == 0
+    slices = _slice_widths(red_n, lanes) if spatial else ()
+    can_rf = bool(slices)
+    adjacent = next((v for v in sorted(slices, reverse=True)  # the widest slice that reads adjacent elements
+                     if v <= lanes and _reads_adjacent(sch, block, reduce, _slice_start(sch, reduce, v))),
+                    None) if can_rf and inner_reduce else None
     # the slice is the better default wherever it reads contiguous memory: a reduction over an input's
     # trailing dims (row sums, per-channel sums of NCHW data) 1.5-5x faster than vectors across outputs,
     # which gather them from strided rows (emeraldrapids, ``sum``: 128 x 512 over its rows 25 -> 4.6 us,
-    # 64x32x8x8 per channel 31 -> 8.1, 8x64x56x56 616 -> 271)
+    # 64x32x8x8 per channel 31 -> 8.1, 8x64x56x56 616 -> 271), and so is a slice of a half or a quarter
+    # of a vector where no whole one divides those dims (1024 x 1000 over rows, 8 lanes: 178 -> 49 us;
+    # 8x256x14x14 per channel, 4 lanes: 75 -> 36)
     use_rf = cfg.define_knob(prefix + "rfactor", (0, 1) if can_rf else (0,), default=int(
-        can_rf and inner_reduce and ((last_sp is not None and last_sp < lanes)
-                                     or _reads_adjacent(sch, block, reduce, _slice_start(sch, reduce, lanes))))) \
+        can_rf and inner_reduce and ((last_sp is not None and last_sp < lanes) or adjacent is not None))) \
         if spatial else 0
     par = cfg.define_knob(prefix + "parallel", (0, 1), default=int(
         bool(spatial) and (n_out is None or n_out * (red_n or 1) >= PARALLEL_MIN)))
     if not spatial:
         _full_reduction(sch, block, reduce, red_n, lanes, cfg, prefix)
     elif use_rf:
-        _rfactor(sch, block, spatial, reduce, red_n, lanes, par, cfg, prefix)
+        _rfactor(sch, block, spatial, reduce, slices, adjacent or max(v for v in slices if v <= lanes), par, cfg, prefix)
     else:
         _vectorize_outputs(sch, block, spatial, reduce, lanes, par, cfg, prefix)
 
@@ -284,10 +291,19 @@ def _reads_adjacent(sch, block, reduce, tail: int) -> bool:
     return len(trailing) == len(wanted) and all(i.same_as(v) for i, v in zip(trailing, wanted))
 
 
-def _rfactor(sch, block, spatial, reduce, red_n, lanes, par, cfg, prefix):
+def _slice_widths(red_n, lanes: int) -> tuple:
+    """Vector slices a reduction of ``red_n`` elements can be cut into: a
+    quarter, half, one or two vectors (at least 4 lanes) that divide it at
+    least twice; none when its size is symbolic."""
+    if red_n is None:
+        return ()
+    return tuple(v for v in (lanes // 4, lanes // 2, lanes, 2 * lanes) if v >= 4 and red_n % v == 0 and red_n >= 2 * v)
+
+
+def _rfactor(sch, block, spatial, reduce, slices, default, par, cfg, prefix):
     """Split the reduction into ``vector`` partial results computed with vector
     instructions, then combine them: the rfactor of the innermost slice."""
-    vec = cfg.define_knob(prefix + "vector", tuple(v for v in (lanes, 2 * lanes) if red_n % v == 0), default=lanes)
+    vec = cfg.define_knob(prefix + "vector", slices, default=default)
     tail = _slice_start(sch, reduce, vec)
     r = sch.fuse(*reduce[tail:]) if len(reduce) - tail > 1 else reduce[tail]
     _, r_inner = sch.split(r, [None, vec])

@@ -82,7 +82,8 @@ def test_a_config_changes_the_schedule_and_keeps_the_result():
 
 @pytest.mark.parametrize("shape, sliced", [
     ((32, 64, 16, 16), True),   # a map of 256: each channel's slices read adjacent elements
-    ((16, 32, 2, 2), False),    # a map of 4 is less than a vector: a slice would span the batch and gather
+    ((16, 32, 2, 2), True),     # a map of 4: slices of 4 lanes
+    ((16, 64, 7, 7), False),    # a map of 49 takes no slice of 4 or more: a slice would span the batch and gather
 ])
 def test_batch_norm_statistics_take_vector_slices_only_where_they_read_adjacent_memory(shape, sliced):
     c = shape[1]
@@ -99,7 +100,9 @@ def test_batch_norm_statistics_take_vector_slices_only_where_they_read_adjacent_
 @pytest.mark.parametrize("shape, axis, sliced", [
     ((64, 32, 8, 8), (0, 2, 3), True),    # per channel of NCHW: h and w adjacent, n outside the slice
     ((128, 512), (1,), True),             # row sums
-    ((8, 256, 14, 14), (0, 2, 3), False),  # 196 = h x w takes no whole vector: a slice would span n
+    ((8, 256, 14, 14), (0, 2, 3), True),  # 196 = h x w takes no whole vector: a slice of a quarter of one
+    ((1024, 1000), (1,), True),           # rows of 1000: slices of half a vector
+    ((64, 512, 7, 7), (0, 2, 3), False),  # 49 takes no slice of 4 or more: it would span n and gather
     ((512, 128), (0,), False),            # column sums: vectors across the outputs read rows whole
 ])
 def test_a_reduction_over_trailing_dims_reads_them_in_vector_slices(shape, axis, sliced):
