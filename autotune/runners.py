@@ -182,6 +182,18 @@ class LocalRunner:
         """Measure each library on ``device`` ("cpu" or "cuda")."""
         return self._pool.map([self._request(lib, data, device) for lib in libraries], self.timeout)
 
+    def compare(self, libraries: list[str], data: str, device: str = "cpu", rounds: int = 15) -> dict:
+        """Time libraries of one task in turns, in one worker: ``rounds``
+        rounds of one repeat each, in a rotated order. A host whose speed
+        shifts for hundreds of milliseconds at a time (a shared 2-core VM:
+        the same kernel 25 or 45 us for as long) would give a library timed
+        in a block of repeats the phase it fell in; in turns, every library
+        meets every phase. One reply: ``costs``, a list per library."""
+        request = {**self._request(libraries[0], data, device), "cmd": "compare", "libraries": list(libraries),
+                   "rounds": int(rounds)}
+        request.pop("library")
+        return self._pool.map([request], self.timeout * max(1, len(libraries)))[0]
+
     def close(self) -> None:
         self._pool.close()
 
@@ -230,10 +242,19 @@ class RPCRunner(LocalRunner):
         return None, None
 
     def run(self, libraries: list[str], data: str, device: str = "cpu") -> list[dict]:
+        return self._reachable(lambda: super(RPCRunner, self).run(libraries, data, device), len(libraries))
+
+    def compare(self, libraries: list[str], data: str, device: str = "cpu", rounds: int = 15) -> dict:
+        return self._reachable(lambda: [super(RPCRunner, self).compare(libraries, data, device, rounds)], 1)[0]
+
+    def _reachable(self, measure, n: int) -> list[dict]:
+        """``measure()``'s replies, or ``n`` ``rpc`` errors at once where the
+        tracker has no device to reach; a timeout while the device went away
+        becomes an ``rpc`` error too."""
         problem, _ = self._problem()
         if problem:  # fail the batch now rather than after one timeout per trial
-            return [{"ok": False, "kind": "rpc", "message": problem} for _ in libraries]
-        results = super().run(libraries, data, device)
+            return [{"ok": False, "kind": "rpc", "message": problem} for _ in range(n)]
+        results = measure()
         if any(r.get("kind") == "timeout" for r in results):
             problem, _ = self._problem()
             if problem:  # the device went away mid-batch: unreachable, not slow

@@ -13,8 +13,8 @@ in the task's unit (GFLOPS, or GB/s for memory-bound ops, whose GFLOPS is 0).
 A trial is timed once, so on a noisy machine the fastest trial can be a
 lucky timing. A run therefore ends by confirming (``confirm=True``): the
 ``CONFIRM_TOP`` fastest configs and the one measured first are built again
-and timed in ``CONFIRM_ROUNDS`` interleaved rounds, and these records
-(``confirmed``) decide the task's best (``records.best``).
+and timed in turns, one repeat each (``LocalRunner.compare``), and these
+records (``confirmed``) decide the task's best (``records.best``).
 """
 from __future__ import annotations
 
@@ -40,7 +40,7 @@ from .tuners import TUNERS
 
 
 CONFIRM_TOP = 3     # the fastest configs re-timed at the end of a run (with the one measured first)
-CONFIRM_ROUNDS = 3  # interleaved rounds of that re-timing
+CONFIRM_ROUNDS = 3  # that re-timing's repeats per config, in the runner's repeats (3 x 5: 15 turns)
 
 
 @dataclass
@@ -224,9 +224,9 @@ def _workers(task, runner, builder, prefix: str):
 
 def _confirm(task, records, first, builder, runner, folder, data, about) -> list[dict]:
     """Records of the ``CONFIRM_TOP`` fastest configs of ``records`` and of
-    ``first``, timed again in ``CONFIRM_ROUNDS`` rounds (each round in a
-    rotated order), each from all its rounds' timings; none when fewer than
-    two configs succeeded."""
+    ``first``, timed again in turns (``runner.compare``: ``CONFIRM_ROUNDS``
+    x the runner's repeats, one repeat each), each from all its timings;
+    none when fewer than two configs succeeded."""
     ok = sorted((r for r in records if rec.is_ok(r) and not rec.is_confirmed(r)),
                 key=lambda r: r["result"]["median_s"])
     first_key, chosen = config_key(first), {}
@@ -240,7 +240,12 @@ def _confirm(task, records, first, builder, runner, folder, data, about) -> list
     ready = [(key, b["library"]) for key, b in zip(chosen, built) if b.get("ok")]
     costs: dict[str, list] = {key: [] for key, _ in ready}
     try:
-        for turn in range(CONFIRM_ROUNDS if ready else 0):
+        together = runner.compare([lib for _, lib in ready], data, task.target.kind,
+                                  CONFIRM_ROUNDS * runner.timing["repeat"]) if ready else {}
+        if together.get("ok"):
+            costs = {key: times for (key, _), times in zip(ready, together["costs"])}
+        for turn in range(0 if together.get("ok") else CONFIRM_ROUNDS if ready else 0):
+            # one of them failed in the worker: each alone, in rotated rounds, so the others still count
             order = ready[turn % len(ready):] + ready[:turn % len(ready)]
             for (key, _), reply in zip(order, runner.run([lib for _, lib in order], data, task.target.kind)):
                 if reply.get("ok"):

@@ -15,6 +15,7 @@ Requests::
     {"cmd": "run", "library": <.so>, "data": <.npz>, "number": n, "repeat": r,
      "min_repeat_ms": ms, "rtol": x, "atol": y, "device": "cpu" | "cuda",
      "rpc": null | {"host", "port", "key", "session_timeout"}}
+    {"cmd": "compare", "libraries": [<.so>, ...], "rounds": n, and the rest as for run but repeat}
 """
 from __future__ import annotations
 
@@ -42,12 +43,50 @@ def build(req: dict) -> dict:
 
 
 def run(req: dict) -> dict:
+    """One library: checked against the expected outputs, then timed in
+    ``repeat`` repeats."""
+    start = time.perf_counter()
+    loaded = _load(req, [req["library"]])
+    if isinstance(loaded, dict):
+        return loaded
+    dev, args, outs, (module,) = loaded
+    timer = module.time_evaluator("main", dev, number=req["number"], repeat=req["repeat"],
+                                  min_repeat_ms=req["min_repeat_ms"])
+    costs = [float(c) for c in timer(*args, *outs).results]
+    return {"ok": True, "costs": costs, "measure_s": time.perf_counter() - start, "device": _device_name(req)}
+
+
+def compare(req: dict) -> dict:
+    """Several libraries of one task, each checked, then timed in turns:
+    ``rounds`` rounds of one repeat each (of at least ``min_repeat_ms``),
+    each round in a rotated order, so a drift in the machine's speed falls
+    on every library alike; ``costs`` holds each library's repeats."""
+    start = time.perf_counter()
+    loaded = _load(req, req["libraries"])
+    if isinstance(loaded, dict):
+        return loaded
+    dev, args, outs, modules = loaded
+    timers = [m.time_evaluator("main", dev, number=req["number"], repeat=1, min_repeat_ms=req["min_repeat_ms"])
+              for m in modules]
+    costs: list[list[float]] = [[] for _ in modules]
+    for turn in range(req["rounds"]):
+        for i in [(turn + k) % len(modules) for k in range(len(modules))]:
+            costs[i].append(float(timers[i](*args, *outs).results[0]))
+    return {"ok": True, "costs": costs, "measure_s": time.perf_counter() - start, "device": _device_name(req)}
+
+
+def _device_name(req: dict) -> str:
+    return f"rpc:{req['rpc']['key']}" if req.get("rpc") else "local"
+
+
+def _load(req: dict, libraries: list[str]):
+    """``(device, inputs, outputs, modules)`` with each library loaded and its
+    result checked against the expected outputs, or an error reply."""
     import tvm
 
     with np.load(req["data"], allow_pickle=False) as data:
         inputs = [data[f"in{i}"] for i in range(int(data["n_in"]))]
         expected = [data[f"out{i}"] for i in range(int(data["n_out"]))]
-    start = time.perf_counter()
     rpc = req.get("rpc")
     if rpc:
         from tvm import rpc as tvm_rpc
@@ -59,25 +98,24 @@ def run(req: dict) -> dict:
         dev = tvm.cuda(0) if req.get("device") == "cuda" else tvm.cpu(0)
     if not dev.exist:  # checked first: a CUDA library does not even load where CUDA is absent
         return {"ok": False, "kind": "runtime", "message": f"no {req.get('device', 'cpu')} device to measure on"}
-    if rpc:
-        remote.upload(req["library"])
-        module = remote.load_module(os.path.basename(req["library"]))
-    else:
-        module = tvm.runtime.load_module(req["library"])
+    modules = []
+    for library in libraries:
+        if rpc:
+            remote.upload(library)
+            modules.append(remote.load_module(os.path.basename(library)))
+        else:
+            modules.append(tvm.runtime.load_module(library))
     args = [tvm.runtime.tensor(a, dev) for a in inputs]
     outs = [tvm.runtime.empty(e.shape, str(e.dtype), dev) for e in expected]
-    module["main"](*args, *outs)
-    for i, (got, want) in enumerate(zip(outs, expected)):
-        got = got.numpy()
-        if not np.allclose(got, want, rtol=req["rtol"], atol=req["atol"], equal_nan=True):
-            err = float(np.nanmax(np.abs(got.astype(np.float64) - want.astype(np.float64)))) if got.size else 0.0
-            return {"ok": False, "kind": "wrong_result",
-                    "message": f"output {i} differs from the numpy reference (max abs error {err:.3g})"}
-    timer = module.time_evaluator("main", dev, number=req["number"], repeat=req["repeat"],
-                                  min_repeat_ms=req["min_repeat_ms"])
-    costs = [float(c) for c in timer(*args, *outs).results]
-    return {"ok": True, "costs": costs, "measure_s": time.perf_counter() - start,
-            "device": f"rpc:{rpc['key']}" if rpc else "local"}
+    for module in modules:
+        module["main"](*args, *outs)
+        for i, (got, want) in enumerate(zip(outs, expected)):
+            got = got.numpy()
+            if not np.allclose(got, want, rtol=req["rtol"], atol=req["atol"], equal_nan=True):
+                err = float(np.nanmax(np.abs(got.astype(np.float64) - want.astype(np.float64)))) if got.size else 0.0
+                return {"ok": False, "kind": "wrong_result",
+                        "message": f"output {i} differs from the numpy reference (max abs error {err:.3g})"}
+    return dev, args, outs, modules
 
 
 def main() -> None:
@@ -88,7 +126,8 @@ def main() -> None:
         req = {}
         try:
             req = json.loads(line)
-            handler = {"build": build, "run": run, "ping": lambda _: {"ok": True, "pid": os.getpid()}}[req["cmd"]]
+            handler = {"build": build, "run": run, "compare": compare,
+                       "ping": lambda _: {"ok": True, "pid": os.getpid()}}[req["cmd"]]
             reply = handler(req)
         except Exception as exc:  # noqa: BLE001 - every failure goes back as an error reply
             kind = "build" if req.get("cmd") == "build" else "rpc" if req.get("rpc") else "runtime"

@@ -220,3 +220,41 @@ def test_memory_bound_ops_are_tuned_by_time_and_reported_in_gbps(tmp_path, worke
     search.update([r["config"] for r in ok], [records.score(r) for r in ok])
     search.next_batch(2)
     assert search.model.booster is not None  # trained on time-based scores, not on zeros
+
+
+def test_compare_times_libraries_in_turns_and_checks_each(tmp_path, workers):
+    """``LocalRunner.compare``: every library checked against the reference,
+    then timed one repeat at a time in rotated turns."""
+    import tvm
+
+    from kiln.autotune.tune import _write_data
+
+    builder, runner = workers
+    space = Space(SMALL)
+    configs = [space.default, next(c for c in space.grid() if config_key(c) != config_key(space.default))]
+    libraries = [b["library"] for b in builder.build(SMALL.target, [tvm.ir.save_json(SMALL.lower(c).sch.mod)
+                                                                     for c in configs], str(tmp_path))]
+    data = _write_data(SMALL, str(tmp_path))
+    reply = runner.compare(libraries, data, rounds=4)
+    assert reply["ok"] and len(reply["costs"]) == 2 and all(len(c) == 4 and min(c) > 0 for c in reply["costs"])
+    with np.load(data) as arrays:
+        np.savez(tmp_path / "wrong.npz", **{k: (-arrays[k] if k.startswith("out") else arrays[k]) for k in arrays})
+    reply = runner.compare(libraries, str(tmp_path / "wrong.npz"), rounds=4)
+    assert not reply["ok"] and reply["kind"] == "wrong_result"
+
+
+def test_a_confirmation_whose_comparison_fails_times_each_config_alone(tmp_path, workers):
+    builder, runner = workers
+
+    class Failing(LocalRunner):
+        def compare(self, *args, **kwargs):
+            return {"ok": False, "kind": "crash", "message": "worker died"}
+
+    failing = Failing(repeat=3, min_repeat_ms=5)
+    try:
+        tune(SMALL, trials=4, tuner="random", records=tmp_path / "r.jsonl", batch_size=4, builder=builder,
+             runner=failing)
+    finally:
+        failing.close()
+    confirmed = [r for r in records.load(tmp_path / "r.jsonl") if records.is_confirmed(r)]
+    assert len(confirmed) >= 3 and all(len(r["result"]["costs"]) == 9 for r in confirmed)
