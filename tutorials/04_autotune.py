@@ -104,7 +104,7 @@ for r in top:
 # %%
 # A trial is timed once, and a busy machine makes some timings lucky. So each
 # run ended by timing its three fastest configs and the default again, in
-# interleaved rounds: these ``confirmed`` records decide the best.
+# turns, one repeat each: these ``confirmed`` records decide the best.
 for r in recs:
     if r.get("confirmed"):
         print(f"  {r['result']['gflops']:7.1f} GFLOPS  {r['tuner']:>6} confirmed  {r['config']}")
