@@ -34,6 +34,7 @@ from pathlib import Path
 from typing import Callable
 
 from ..errors import AttrError
+from ..schedules.config import config_key
 from . import records as rec
 from .extract import ModelTask
 
@@ -54,6 +55,13 @@ class TaskState:
     measured_now: int = 0     # trials this run measured
     confirmed: bool = False   # its best re-timed at the end of this run
     history: list = field(default_factory=list)
+    best_config: dict | None = None     # the config of ``best_s``
+    default_config: dict | None = None  # the config of ``default_s``
+
+    @property
+    def improved(self) -> bool:
+        """Whether its best config is another than its baseline (the model tuned runs another kernel)."""
+        return self.best_config is not None and config_key(self.best_config) != config_key(self.default_config or {})
 
     @property
     def calls(self) -> int:
@@ -164,9 +172,11 @@ class TaskScheduler:
             start = time.monotonic()
             found = self.confirm_round(state.model_task)
             took = time.monotonic() - start
-            state.best_s = rec.best(found)["result"]["median_s"]
+            best = rec.best(found)
+            state.best_s, state.best_config = best["result"]["median_s"], best["config"]
             first = next(r for r in found if rec.is_ok(r) and not rec.is_confirmed(r))  # as ``_absorb`` takes it
             state.default_s = rec.baseline(found, first["config"])["result"]["median_s"]
+            state.default_config = first["config"]
             state.confirmed = True
 
     # -- choosing ------------------------------------------------------------------------
@@ -219,12 +229,15 @@ class TaskScheduler:
         """Update ``state`` from all of its task's records after a round of ``measured`` trials."""
         found = [r for r in found if not rec.is_confirmed(r)]  # trials only (a confirmation is no trial)
         ok = [r for r in found if rec.is_ok(r)]
-        best = min((r["result"]["median_s"] for r in ok), default=math.inf)
+        fastest = min(ok, key=lambda r: r["result"]["median_s"], default=None)
+        best = fastest["result"]["median_s"] if fastest else math.inf
         new = len(found) - state.trials
         if state.default_s == math.inf and ok:
             state.default_s = ok[0]["result"]["median_s"]  # a task's first record is its baseline
+            state.default_config = ok[0]["config"]
         state.since_best = 0 if best < state.best_s else state.since_best + max(new, 0)
-        state.best_s = min(best, state.best_s)
+        if best < state.best_s:
+            state.best_s, state.best_config = best, fastest["config"]
         state.trials = len(found)
         if measured:
             state.measured_now += new

@@ -105,7 +105,7 @@ def _clock(seconds: float) -> str:
 
 def _summary(args, plan, times: dict, peak_gflops: float) -> dict:
     tasks = [{"task": name, "calls": s.calls, "trials": s.trials, "stopped": s.stopped or None,
-              "confirmed": s.confirmed,
+              "confirmed": s.confirmed, "improved": s.improved,
               "default_ms": s.default_s * 1e3 if s.default_s < math.inf else None,
               "best_ms": s.best_s * 1e3 if s.best_s < math.inf else None,
               "peak_ms": peak_ms(s.model_task.task.workload, peak_gflops)}
@@ -115,7 +115,8 @@ def _summary(args, plan, times: dict, peak_gflops: float) -> dict:
             "measured_now": plan.measured, "rounds": plan.rounds, "elapsed_s": round(plan.elapsed, 1),
             "estimate_untuned_ms": plan.estimate_s(True) * 1e3, "estimate_tuned_ms": plan.estimate_s() * 1e3,
             "untuned_ms": times["untuned_s"] * 1e3, "tuned_ms": times["tuned_s"] * 1e3,
-            "speedup": times["untuned_s"] / times["tuned_s"], "tasks": tasks}
+            "speedup": times["untuned_s"] / times["tuned_s"], "same_kernels": not any(t["improved"] for t in tasks),
+            "tasks": tasks}
 
 
 def task_names(states) -> list[str]:
@@ -149,11 +150,16 @@ def _table(s: dict) -> str:
     for t in s["tasks"]:
         shown = [f"{t[k]:10.4f}" if t[k] is not None else f"{'-':>10}" for k in ("default_ms", "best_ms", "peak_ms")]
         share = f"{t['peak_ms'] / t['best_ms']:>7.0%}" if t["peak_ms"] and t["best_ms"] else f"{'-':>7}"
+        notes = [word for word, on in (("confirmed", t["confirmed"]), ("default best", t["trials"] and not t["improved"]))
+                 if on]
         lines.append(f"  {t['task']:<{width}}  {t['calls']:>5}  {t['trials']:>6}  {shown[0]} {shown[1]} {shown[2]}  "
-                     f"{share}{'  confirmed' if t['confirmed'] else ''}")
+                     f"{share}{''.join('  ' + n for n in notes)}")
     lines.append(f"  at peak ms: the kernel's arithmetic at the FMA peak ({s['fma_peak_gflops']:.0f} GFLOPS measured "
                  "now; a Winograd conv's products); - for memory-bound ops")
     lines.append(f"  kernels (calls x time): {s['estimate_untuned_ms']:.4f} -> {s['estimate_tuned_ms']:.4f} ms")
     lines.append(f"  the model, measured:    {s['untuned_ms']:.4f} -> {s['tuned_ms']:.4f} ms "
                  f"({s['speedup']:.2f}x)")
+    if s["same_kernels"]:
+        lines.append("  no task's best config is another than its default: tuned, the model runs the kernels it ran "
+                     "untuned, and the difference measured is the noise of the measurement")
     return "\n".join(lines)

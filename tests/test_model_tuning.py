@@ -140,6 +140,8 @@ def test_scheduler_spends_its_trials_where_the_model_gains_most():
     assert plan.trials == 80 == sum(count.values())
     assert count[small.key] >= 4 and count[big.key] > 5 * count[small.key]  # each tried, the heavy one most
     assert plan.estimate_s() < plan.estimate_s(default=True)
+    assert all(s.improved and s.default_config == {"k": 0} and s.best_config == {"k": s.trials - 1}
+               for s in plan.states)  # the fake's last config is its fastest
 
 
 def test_scheduler_stops_tasks_that_stop_improving_and_honours_budgets():
@@ -154,6 +156,7 @@ def test_scheduler_stops_tasks_that_stop_improving_and_honours_budgets():
         return list(found)
     plan = TaskScheduler(tasks, round_trials=4, patience=8, tune_round=tune_round).run(trials=1000)
     assert all(s.stopped.startswith("no faster config") for s in plan.states) and plan.trials < 40
+    assert not any(s.improved for s in plan.states)  # nothing beat the first config: the model keeps its kernels
     for budget in (0.6, 1.5):  # seconds; rounds of 4 trials at 20 ms per trial
         start = time.monotonic()
         TaskScheduler(tasks, round_trials=4, tune_round=_fake({big.key: 1e-3, small.key: 1e-5}, [],
@@ -290,16 +293,21 @@ def test_the_model_tune_table_puts_each_task_beside_its_arithmetic_at_the_fma_pe
     products = 2 * 2 * 36 * 4 * 16 * 32
     assert peak_ms(winograd.workload, 100.0) == pytest.approx(1e3 * products / 100e9)
     assert winograd.flops == 2 * 2 * 32 * 64 * 16 * 9  # its GFLOPS still count the direct conv's products
-    task = {"calls": 1, "trials": 4, "confirmed": True, "default_ms": 2e-4}
+    task = {"calls": 1, "trials": 4, "confirmed": True, "default_ms": 2e-4, "improved": True}
     summary = {"model": "m", "training": False, "batch": 16, "trials": 8, "measured_now": 8, "elapsed_s": 3.0,
                "fma_peak_gflops": 100.0, "estimate_untuned_ms": 4e-4, "estimate_tuned_ms": 3e-4,
-               "untuned_ms": 0.01, "tuned_ms": 0.008, "speedup": 1.25,
+               "untuned_ms": 0.01, "tuned_ms": 0.008, "speedup": 1.25, "same_kernels": False,
                "tasks": [dict(task, task=dense.name, best_ms=2 * peak_ms(dense.workload, 100.0),
                               peak_ms=peak_ms(dense.workload, 100.0)),
                          dict(task, task=relu.name, best_ms=1e-4, peak_ms=None)]}
     dense_line, relu_line = (line for line in _table(summary).splitlines() if line.strip().startswith(("dense", "relu")))
     assert dense_line.split()[-2:] == ["50%", "confirmed"] and relu_line.split()[-3:] == ["-", "-", "confirmed"]
-    assert "100 GFLOPS" in _table(summary)
+    assert "100 GFLOPS" in _table(summary) and "noise" not in _table(summary)
+    # where tuning kept every default, the tuned model is the untuned one: the table says what its ratio is
+    same = dict(summary, same_kernels=True, tasks=[dict(t, improved=False) for t in summary["tasks"]])
+    assert all(line.endswith("confirmed  default best") for line in _table(same).splitlines()
+               if line.strip().startswith(("dense", "relu")))
+    assert "the difference measured is the noise of the measurement" in _table(same)
 
 
 def test_tasks_of_one_name_are_told_apart_by_their_attributes():
