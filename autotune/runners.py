@@ -2,9 +2,10 @@
 
 ``Builder`` compiles a batch of scheduled modules in parallel (one worker
 process per core). A runner then measures them one at a time — locally
-(``LocalRunner``, so no two kernels compete for the cores), or on devices
-registered with a TVM RPC tracker (``RPCRunner``, one measurement per device
-at a time). Every call runs in a worker process with a timeout: a config that
+(``LocalRunner``, so no two kernels compete for the cores; a batch in turns,
+one repeat of each library at a time, in one worker: ``compare``), or on
+devices registered with a TVM RPC tracker (``RPCRunner``, one measurement
+per device at a time). Every call runs in a worker process with a timeout: a config that
 crashes its worker or hangs comes back as an error (``crash``, ``timeout``)
 and the worker is replaced, so the search goes on.
 
@@ -168,6 +169,13 @@ class LocalRunner:
         self.timeout = timeout
         self.n_parallel = max(1, n_parallel)
         self._pool = _Pool(self.n_parallel)
+
+    @property
+    def in_turns(self) -> bool:
+        """Whether a batch of trials is timed in turns in one worker
+        (``compare``): with one measurement at a time, as here, it costs no
+        parallelism."""
+        return self.n_parallel == 1
 
     def describe(self) -> str:
         return "local"

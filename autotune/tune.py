@@ -10,7 +10,9 @@ Configs are compared by time (``records.score``: 1 / median seconds), for
 the tuners, their cost model and early stopping alike; speeds are reported
 in the task's unit (GFLOPS, or GB/s for memory-bound ops, whose GFLOPS is 0).
 
-A trial is timed once, so on a noisy machine the fastest trial can be a
+A batch of trials is timed in turns (``_timed``): where the host's speed
+shifts, it shifts for the whole batch. Batches are timed at different
+moments, though, so on a noisy machine the fastest trial can still be a
 lucky timing. A run therefore ends by confirming (``confirm=True``): the
 ``CONFIRM_TOP`` fastest configs and the one measured first are built again
 and timed in turns, one repeat each (``LocalRunner.compare``), and these
@@ -277,6 +279,21 @@ def _with_first(search, config: dict, n):
     return first + rest
 
 
+def _timed(runner, libraries: list[str], data: str, device: str) -> list[dict]:
+    """A reply per library: a batch timed in turns (``runner.compare``, each
+    library its runner's repeats, one at a time) where the runner can, so a
+    shift in the host's speed falls on the whole batch; each alone where a
+    library failed in the comparison (a crash, a hang or a wrong result
+    fails it for all: alone, each gets its own verdict)."""
+    if len(libraries) > 1 and runner.in_turns:
+        together = runner.compare(libraries, data, device, runner.timing["repeat"])
+        if together.get("ok"):
+            share = together["measure_s"] / len(libraries)
+            return [{"ok": True, "costs": costs, "measure_s": share, "device": together["device"]}
+                    for costs in together["costs"]]
+    return runner.run(libraries, data, device)
+
+
 def _write_data(task: Task, folder: str) -> str:
     inputs, outputs = task.data()
     path = os.path.join(folder, "data.npz")
@@ -288,7 +305,7 @@ def _write_data(task: Task, folder: str) -> str:
 def _measure(task, space, batch, builder, runner, folder, data, about, first_trial) -> list[dict]:
     modules = [tvm.ir.save_json(task.lower(c).sch.mod) for c in batch]
     built = builder.build(task.target, modules, folder)
-    ran = iter(runner.run([b["library"] for b in built if b.get("ok")], data, task.target.kind))
+    ran = iter(_timed(runner, [b["library"] for b in built if b.get("ok")], data, task.target.kind))
     out = []
     for i, (config, b) in enumerate(zip(batch, built)):
         info = {**about, "trial": first_trial + i, "runner": runner.describe(),

@@ -20,6 +20,7 @@ Requests::
 from __future__ import annotations
 
 import json
+import math
 import os
 import sys
 import time
@@ -66,13 +67,22 @@ def compare(req: dict) -> dict:
     if isinstance(loaded, dict):
         return loaded
     dev, args, outs, modules = loaded
-    timers = [m.time_evaluator("main", dev, number=req["number"], repeat=1, min_repeat_ms=req["min_repeat_ms"])
-              for m in modules]
+    timers = [_calibrated(m, dev, [*args, *outs], req["number"], req["min_repeat_ms"]) for m in modules]
     costs: list[list[float]] = [[] for _ in modules]
     for turn in range(req["rounds"]):
         for i in [(turn + k) % len(modules) for k in range(len(modules))]:
             costs[i].append(float(timers[i](*args, *outs).results[0]))
     return {"ok": True, "costs": costs, "measure_s": time.perf_counter() - start, "device": _device_name(req)}
+
+
+def _calibrated(module, dev, args: list, number: int, min_repeat_ms: float):
+    """A timer of one repeat of a fixed number of calls that lasts about
+    ``min_repeat_ms`` (at least ``number`` calls), found by one warm-up
+    repeat: TVM's own search for that count would run again in every turn."""
+    probe = module.time_evaluator("main", dev, number=number, repeat=1, min_repeat_ms=min_repeat_ms)
+    seconds = float(probe(*args).results[0])
+    calls = max(number, math.ceil(min_repeat_ms / 1e3 / max(seconds, 1e-9)))
+    return module.time_evaluator("main", dev, number=calls, repeat=1)
 
 
 def _device_name(req: dict) -> str:
