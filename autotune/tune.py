@@ -243,7 +243,8 @@ def _confirm(task, records, first, builder, runner, folder, data, about) -> list
     costs: dict[str, list] = {key: [] for key, _ in ready}
     try:
         together = runner.compare([lib for _, lib in ready], data, task.target.kind,
-                                  CONFIRM_ROUNDS * runner.timing["repeat"]) if ready else {}
+                                  CONFIRM_ROUNDS * runner.timing["repeat"]) if ready and hasattr(runner, "compare") \
+            else {}
         if together.get("ok"):
             costs = {key: times for (key, _), times in zip(ready, together["costs"])}
         for turn in range(0 if together.get("ok") else CONFIRM_ROUNDS if ready else 0):
@@ -285,7 +286,7 @@ def _timed(runner, libraries: list[str], data: str, device: str) -> list[dict]:
     shift in the host's speed falls on the whole batch; each alone where a
     library failed in the comparison (a crash, a hang or a wrong result
     fails it for all: alone, each gets its own verdict)."""
-    if len(libraries) > 1 and runner.in_turns:
+    if len(libraries) > 1 and getattr(runner, "in_turns", False):
         together = runner.compare(libraries, data, device, runner.timing["repeat"])
         if together.get("ok"):
             share = together["measure_s"] / len(libraries)
