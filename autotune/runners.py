@@ -5,9 +5,9 @@ process per core). A runner then measures them one at a time — locally
 (``LocalRunner``, so no two kernels compete for the cores; a batch in turns,
 one repeat of each library at a time, in one worker: ``compare``), or on
 devices registered with a TVM RPC tracker (``RPCRunner``, one measurement
-per device at a time). Every call runs in a worker process with a timeout: a config that
-crashes its worker or hangs comes back as an error (``crash``, ``timeout``)
-and the worker is replaced, so the search goes on.
+per device at a time). Every call runs in a worker process with a timeout:
+a config that crashes its worker or hangs comes back as an error
+(``crash``, ``timeout``) and the worker is replaced, so the search goes on.
 
 ``tune`` calls ``runner.check()`` before it starts: an ``RPCRunner`` asks the
 tracker for its summary within a few seconds and refuses a tracker that is

@@ -247,12 +247,12 @@ def _confirm(task, records, first, builder, runner, folder, data, about) -> list
             else {}
         if together.get("ok"):
             costs = {key: times for (key, _), times in zip(ready, together["costs"])}
-        for turn in range(0 if together.get("ok") else CONFIRM_ROUNDS if ready else 0):
-            # one of them failed in the worker: each alone, in rotated rounds, so the others still count
-            order = ready[turn % len(ready):] + ready[:turn % len(ready)]
-            for (key, _), reply in zip(order, runner.run([lib for _, lib in order], data, task.target.kind)):
-                if reply.get("ok"):
-                    costs[key] += reply["costs"]
+        else:  # one of them failed in the worker: each alone, in rotated rounds, so the others still count
+            for turn in range(CONFIRM_ROUNDS if ready else 0):
+                order = ready[turn % len(ready):] + ready[:turn % len(ready)]
+                for (key, _), reply in zip(order, runner.run([lib for _, lib in order], data, task.target.kind)):
+                    if reply.get("ok"):
+                        costs[key] += reply["costs"]
     finally:
         for _, lib in ready:
             os.unlink(lib)
