@@ -196,6 +196,7 @@ def schedule_reduction(sch, block, cfg: Config, prefix: str = "") -> None:
     adjacent = next((v for v in sorted(slices, reverse=True)  # the widest slice that reads adjacent elements
                      if v <= lanes and _reads_adjacent(sch, block, reduce, _slice_start(sch, reduce, v))),
                     None) if can_rf and inner_reduce else None
+    width = adjacent or max((v for v in slices if v <= lanes), default=None)  # the slice's default lanes
     # the slice is the better default wherever it reads contiguous memory: a reduction over an input's
     # trailing dims (row sums, per-channel sums of NCHW data) 1.5-5x faster than vectors across outputs,
     # which gather them from strided rows (emeraldrapids, ``sum``: 128 x 512 over its rows 25 -> 4.6 us,
@@ -210,7 +211,7 @@ def schedule_reduction(sch, block, cfg: Config, prefix: str = "") -> None:
     if not spatial:
         _full_reduction(sch, block, reduce, red_n, lanes, cfg, prefix)
     elif use_rf:
-        _rfactor(sch, block, spatial, reduce, slices, adjacent or max(v for v in slices if v <= lanes), par, cfg, prefix)
+        _rfactor(sch, block, spatial, reduce, slices, width, par, cfg, prefix)
     else:
         _vectorize_outputs(sch, block, spatial, reduce, lanes, par, cfg, prefix)
 
@@ -297,7 +298,8 @@ def _slice_widths(red_n, lanes: int) -> tuple:
     least twice; none when its size is symbolic."""
     if red_n is None:
         return ()
-    return tuple(v for v in (lanes // 4, lanes // 2, lanes, 2 * lanes) if v >= 4 and red_n % v == 0 and red_n >= 2 * v)
+    return tuple(v for v in (lanes // 4, lanes // 2, lanes, 2 * lanes)
+                 if v >= 4 and red_n % v == 0 and red_n >= 2 * v)
 
 
 def _rfactor(sch, block, spatial, reduce, slices, default, par, cfg, prefix):
