@@ -10,11 +10,13 @@ and an optimistic ``best / trials`` (forward: tasks tuned little are likely
 to gain more). A task stops after ``patience`` trials without a faster
 config, or when its space runs out.
 
-A run ends by confirming each task it measured (``tune.confirm``: its
-fastest configs and its baseline timed again, interleaved), the tasks with
-the largest estimated share first, while the time budget allows: a round's
-single timings can be lucky ones, and the confirmed records are what
-``records.best`` (so export and training) and the estimates go by.
+A run ends by confirming each task it measured whose trials beat its
+baseline (``tune.confirm``: those fastest configs and the baseline timed
+again, interleaved), the tasks with the largest estimated share first,
+while the time budget allows: a round's single timings can be lucky ones,
+and the confirmed records are what ``records.best`` (so export and
+training) and the estimates go by. A task whose baseline stayed its
+fastest keeps it, and costs no confirmation.
 
 Every round is a ``tune`` call with ``resume=True`` on one records file, so
 the records are the whole state: what a run finds there is built on, never
@@ -159,13 +161,13 @@ class TaskScheduler:
         return plan
 
     def _confirm(self, plan: Schedule) -> None:
-        """Confirm the tasks this run measured, largest share first, each
-        while the time left covers it (the last confirmation's seconds, or
-        the task's last round's)."""
+        """Confirm the tasks this run measured whose best is not their
+        baseline, largest share first, each while the time left covers it
+        (the last confirmation's seconds, or the task's last round's)."""
         if self.confirm_round is None:
             return
         took = 0.0
-        for state in sorted((s for s in plan.states if s.measured_now and s.best_s < math.inf),
+        for state in sorted((s for s in plan.states if s.measured_now and s.best_s < math.inf and s.improved),
                             key=lambda s: -s.calls * s.best_s):
             if plan.budget_s is not None and plan.elapsed + (took or state.round_s) > plan.budget_s:
                 break
@@ -218,11 +220,12 @@ class TaskScheduler:
 
     def _confirm_reserve(self, plan: Schedule, state: TaskState, expected: float) -> float:
         """Seconds kept for the confirmations that end the run: one round's
-        worth per task measured (a confirmation builds half a round's
-        configs and times them three times), ``state``'s included."""
+        worth per task measured whose best is not its baseline (a
+        confirmation builds half a round's configs and times them three
+        times), and ``state``'s (its round may find one)."""
         if self.confirm_round is None:
             return 0.0
-        return sum(s.round_s for s in plan.states if s.measured_now and s is not state) + expected
+        return sum(s.round_s for s in plan.states if s.measured_now and s.improved and s is not state) + expected
 
     # -- bookkeeping ---------------------------------------------------------------------
     def _absorb(self, state: TaskState, found: list, measured: int, seconds: float) -> None:

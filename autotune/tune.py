@@ -14,9 +14,12 @@ A batch of trials is timed in turns (``_timed``): where the host's speed
 shifts, it shifts for the whole batch. Batches are timed at different
 moments, though, so on a noisy machine the fastest trial can still be a
 lucky timing. A run therefore ends by confirming (``confirm=True``): the
-``CONFIRM_TOP`` fastest configs and the one measured first are built again
-and timed in turns, one repeat each (``LocalRunner.compare``), and these
-records (``confirmed``) decide the task's best (``records.best``).
+fastest configs whose trials beat the one measured first (``CONFIRM_TOP`` at
+most) are built again with it and timed in turns, one repeat each
+(``LocalRunner.compare``), and these records (``confirmed``) decide the
+task's best (``records.best``). Where no trial beat the first, nothing is
+re-timed: the first stays the best, and a lucky timing of the first can
+only keep the config a run started from.
 """
 from __future__ import annotations
 
@@ -41,7 +44,7 @@ from .task import Task
 from .tuners import TUNERS
 
 
-CONFIRM_TOP = 3     # the fastest configs re-timed at the end of a run (with the one measured first)
+CONFIRM_TOP = 3     # the fastest configs re-timed at the end of a run (those that beat the first, with it)
 CONFIRM_ROUNDS = 3  # that re-timing's repeats per config, in the runner's repeats (3 x 5: 15 turns)
 
 
@@ -192,11 +195,12 @@ def tune(task: Task, trials: int = 64, tuner: str = "xgb", records: str | os.Pat
 
 def confirm(task: Task, records: str | os.PathLike | None = None, first: dict | None = None, runner=None,
             builder=None, **about) -> list[dict]:
-    """Confirm ``task``'s records as a ``tune`` run ends (``CONFIRM_TOP``
-    fastest trials and ``first``, default the template's default, timed
-    again interleaved), append the confirmed records to ``records`` and
-    return them: what a model's tuning does for each task it measured,
-    whose rounds are ``tune(confirm=False)`` calls."""
+    """Confirm ``task``'s records as a ``tune`` run ends (the fastest
+    trials that beat ``first``, default the template's default, at most
+    ``CONFIRM_TOP``, and ``first`` timed again interleaved; nothing when
+    none beat it), append the confirmed records to ``records`` and return
+    them: what a model's tuning does for each task it measured, whose
+    rounds are ``tune(confirm=False)`` calls."""
     path = Path(records) if records else rec.default_path()
     space = Space(task)
     first = (space.check(first) if first else None) or dict(space.default)
@@ -225,16 +229,21 @@ def _workers(task, runner, builder, prefix: str):
 
 
 def _confirm(task, records, first, builder, runner, folder, data, about) -> list[dict]:
-    """Records of the ``CONFIRM_TOP`` fastest configs of ``records`` and of
-    ``first``, timed again in turns (``runner.compare``: ``CONFIRM_ROUNDS``
-    x the runner's repeats, one repeat each), each from all its timings;
-    none when fewer than two configs succeeded."""
+    """Records of the configs of ``records`` whose trials beat ``first``'s
+    (the ``CONFIRM_TOP`` fastest; all the fastest when ``first`` has no
+    successful trial) and of ``first``, timed again in turns
+    (``runner.compare``: ``CONFIRM_ROUNDS`` x the runner's repeats, one
+    repeat each), each from all its timings; none when fewer than two
+    configs are chosen (no trial beat ``first``: it stays the best)."""
     ok = sorted((r for r in records if rec.is_ok(r) and not rec.is_confirmed(r)),
                 key=lambda r: r["result"]["median_s"])
     first_key, chosen = config_key(first), {}
-    for r in ok:
+    for r in ok:  # fastest first: the configs before first's fastest trial are those that beat it
         key = config_key(r["config"])
-        if key not in chosen and (len(chosen) < CONFIRM_TOP or key == first_key):
+        if key == first_key:
+            chosen[key] = r["config"]
+            break
+        if key not in chosen and len(chosen) < CONFIRM_TOP:
             chosen[key] = r["config"]
     if len(chosen) < 2:
         return []

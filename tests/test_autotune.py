@@ -100,12 +100,14 @@ def test_short_tune_writes_records_and_keeps_the_best(tuner, tmp_path, workers):
     assert len(ok) == 12, [r["error"] for r in recs if r["error"]]
     assert all(len(r["result"]["costs"]) == 3 and r["result"]["gflops"] > 0 for r in ok)
     assert best(SMALL, path)["config"] == result.best["config"]
-    # the run ends by re-timing its 3 fastest configs and the default, interleaved: these decide the best
+    # the run ends by re-timing the (at most 3) fastest configs that beat the default, with it, interleaved:
+    # these decide the best; where none beat it, nothing is re-timed and the default stays the best
     confirmed = [r for r in lines if r.get("confirmed")]
-    fastest = sorted(ok, key=lambda r: r["result"]["median_s"])[:3]
-    assert {config_key(r["config"]) for r in confirmed} == {config_key(r["config"]) for r in fastest + recs[:1]}
+    faster = [r for r in ok if r["result"]["median_s"] < recs[0]["result"]["median_s"]]
+    chosen = sorted(faster, key=lambda r: r["result"]["median_s"])[:3] + recs[:1] if faster else []
+    assert {config_key(r["config"]) for r in confirmed} == {config_key(r["config"]) for r in chosen}
     assert all(len(r["result"]["costs"]) == 9 and r["trial"] is None for r in confirmed)
-    assert result.best in confirmed and result.best == min(confirmed, key=lambda r: r["result"]["median_s"])
+    assert result.best == (min(confirmed, key=lambda r: r["result"]["median_s"]) if confirmed else recs[0])
 
 
 def test_xgb_tuner_uses_the_model_after_min_train(tmp_path, workers):
@@ -251,10 +253,45 @@ def test_a_confirmation_whose_comparison_fails_times_each_config_alone(tmp_path,
             return {"ok": False, "kind": "crash", "message": "worker died"}
 
     failing = Failing(repeat=3, min_repeat_ms=5)
+    path = tmp_path / "r.jsonl"
+    space = Space(SMALL)
+    configs = [space.default] + [c for _, c in zip(range(3), space.grid()) if config_key(c) != config_key(space.default)]
+    # trials in which the three others beat the default: all four are re-timed
+    records.append(path, [records.make_record(SMALL.json, c, result={"median_s": s, "costs": [s]}, trial=k)
+                          for k, (c, s) in enumerate(zip(configs, (4e-3, 3e-3, 2e-3, 1e-3)))])
     try:
-        tune(SMALL, trials=4, tuner="random", records=tmp_path / "r.jsonl", batch_size=4, builder=builder,
-             runner=failing)
+        kiln.autotune.confirm(SMALL, path, builder=builder, runner=failing)
     finally:
         failing.close()
-    confirmed = [r for r in records.load(tmp_path / "r.jsonl") if records.is_confirmed(r)]
-    assert len(confirmed) >= 3 and all(len(r["result"]["costs"]) == 9 for r in confirmed)
+    confirmed = [r for r in records.load(path) if records.is_confirmed(r)]
+    assert {config_key(r["config"]) for r in confirmed} == {config_key(c) for c in configs}
+    assert all(len(r["result"]["costs"]) == 9 for r in confirmed)
+
+
+def test_a_confirmation_re_times_only_the_configs_that_beat_the_first(tmp_path):
+    """The fastest trials that beat the first config (three at most) are
+    built again beside it; where none beat it, nothing is built or timed."""
+    from kiln.autotune.tune import _confirm
+
+    space = Space(SMALL)
+    configs = [c for _, c in zip(range(6), space.grid())]
+    built = []
+
+    class Counting:
+        def build(self, target, modules, folder):
+            built.append(len(modules))
+            return [{"ok": False, "error": "not built here"} for _ in modules]
+
+    def trials(times):
+        return [records.make_record(SMALL.json, c, result={"median_s": s, "costs": [s]}, trial=k)
+                for k, (c, s) in enumerate(zip(configs, times))]
+
+    runner = LocalRunner(repeat=3)
+    try:
+        assert _confirm(SMALL, trials([1, 2, 3, 4, 5, 6]), configs[0], Counting(), runner, str(tmp_path), "", {}) == []
+        assert built == []  # the first stayed the fastest
+        _confirm(SMALL, trials([5, 2, 6, 1, 4, 3]), configs[0], Counting(), runner, str(tmp_path), "", {})
+        _confirm(SMALL, trials([3, 4, 2, 5, 6, 1]), configs[0], Counting(), runner, str(tmp_path), "", {})
+    finally:
+        runner.close()
+    assert built == [4, 3]  # three that beat it and the first; then the two that did

@@ -108,8 +108,9 @@ def test_extract_rejects_bad_input():
         extract(lambda v: v, np.zeros((2, 3), "float32"), training=True)
 
 
-def _fake(tasks_seconds: dict, log: list, per_trial_s: float = 0.0):
-    """A tune_round whose configs get faster with trials: task -> seconds of its default."""
+def _fake(tasks_seconds: dict, log: list, per_trial_s: float = 0.0, slower: tuple = ()):
+    """A tune_round whose configs get faster with trials (slower, for the
+    tasks in ``slower``): task -> seconds of its default."""
     made: dict = {}
 
     def tune_round(model_task, n):
@@ -117,7 +118,7 @@ def _fake(tasks_seconds: dict, log: list, per_trial_s: float = 0.0):
         found = made.setdefault(task.key, [])
         for _ in range(n):
             k = len(found)
-            seconds = tasks_seconds[task.key] / (1 + 0.2 * k)
+            seconds = tasks_seconds[task.key] * (1 + 0.2 * k) ** (1 if task.key in slower else -1)
             found.append(records.make_record(task.json, {"k": k}, result={"median_s": seconds, "costs": [seconds]}))
             log.append(task.key)
         time.sleep(per_trial_s * n)
@@ -194,6 +195,13 @@ def test_a_run_ends_by_confirming_the_tasks_it_measured_largest_share_first():
     assert by_key[big.key].best_s == pytest.approx(1.1 * trial_best)
     assert by_key[big.key].default_s == pytest.approx(1.1e-3)
     assert TaskScheduler(tasks, round_trials=4, tune_round=tune_round).confirm_round is None  # a fake: none
+    # a task none of whose trials beat its baseline keeps it, and is not re-timed
+    confirmed.clear(), kept.clear()
+    made = _fake({big.key: 1e-3, small.key: 1e-5}, log, slower=(small.key,))
+    plan = TaskScheduler(tasks, round_trials=4, tune_round=tune_round, confirm_round=confirm_round).run(trials=24)
+    by_key = {s.model_task.task.key: s for s in plan.states}
+    assert confirmed == [big.key] and by_key[big.key].confirmed and not by_key[small.key].confirmed
+    assert not by_key[small.key].improved and by_key[small.key].best_s == by_key[small.key].default_s == 1e-5
 
 
 def test_a_killed_model_tune_resumes_without_remeasuring(tmp_path):
@@ -221,8 +229,14 @@ def test_a_killed_model_tune_resumes_without_remeasuring(tmp_path):
     assert len(trials) == 12 and plan.measured == 12 - len(before) and after[:len(before)] == before
     measured = [(r["task_key"], kiln.schedules.config_key(r["config"])) for r in trials]
     assert len(set(measured)) == len(measured)  # nothing measured twice
+    # then the tasks it measured confirmed where a trial beat the baseline (the first trial)
+    beaten = set()
+    for s in plan.states:
+        mine = [r for r in trials if r["task_key"] == s.model_task.task.key and records.is_ok(r)]
+        if s.measured_now and any(r["result"]["median_s"] < mine[0]["result"]["median_s"] for r in mine[1:]):
+            beaten.add(s.model_task.task.key)
     assert {r["task_key"] for r in after if records.is_confirmed(r)} == \
-        {s.model_task.task.key for s in plan.states if s.confirmed} != set()  # then the tasks it measured confirmed
+        {s.model_task.task.key for s in plan.states if s.confirmed} == beaten
 
 
 def test_tuned_records_reach_the_export_and_the_compiled_step(tmp_path, monkeypatch):
