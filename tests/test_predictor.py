@@ -76,8 +76,10 @@ buf = np.empty(64 * 784 + 32, "float32")
 start = 1 + (-buf.ctypes.data % 64) // 4
 x = buf[start:start + 64 * 784].reshape(64, 784)
 x[...] = np.random.default_rng(0).standard_normal(x.shape)
-got = kiln.runtime.Predictor(path)(x)
+predictor = kiln.runtime.Predictor(path)
+got = predictor(x)
 np.testing.assert_allclose(got, model(kiln.Tensor(np.ascontiguousarray(x))).numpy(), rtol=1e-5, atol=1e-5)
+np.testing.assert_array_equal(predictor(x), got)  # recorded, then replayed
 print("ok")
 """
 
