@@ -104,7 +104,8 @@ class _Replay:
         for var in variables:
             if var is not None:
                 engine.wait_for_var(var)
-        outs = record.call(self.func, [out_grad._array, *arrays], self.states)
+        outs = record.call(self.func, [out_grad._array, *arrays], self.states,
+                           [k for leaf, k in zip(leaves, self.leaves_out) if leaf is not None and k is not None])
         from .tensor import Tensor
 
         for leaf, k in zip(leaves, self.leaves_out):

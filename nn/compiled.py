@@ -134,7 +134,7 @@ class _Module:
         engine = _engine.default()
         for t in tensors:
             engine.wait_for_var(t._var)
-        outs = record.call(self.func, [t._array for t in tensors] + hypers, self.states)
+        outs = record.call(self.func, [t._array for t in tensors] + hypers, self.states, range(len(self.specs)))
         return [Tensor._wrap(outs[k], engine.new_var(), shape=(s, d, "compiled"))
                 for k, (s, d) in enumerate(self.specs)]
 

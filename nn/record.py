@@ -254,10 +254,14 @@ def _mark_in_place(recorded: Recorded) -> None:
                              and node.inputs[node.op.inplace[node.outputs.index(value)]] is state.value)
 
 
-def call(func, arrays: list, states: list) -> list:
+def call(func, arrays: list, states: list, wanted=()) -> dict:
     """Run a recorded module: ``arrays`` (the arguments and feeds, ready),
     then each state's current array (waited for); give the owners of each
-    state not written in place its new array. Returns the outputs."""
+    state not written in place its new array. Returns the outputs at the
+    indices ``wanted`` (index -> array): only those are taken from the
+    module's result tuple (a step's has every state's new value, and each
+    item taken costs a call through the FFI; those written in place are
+    never needed)."""
     engine, ins = _engine.default(), list(arrays)
     for state in states:
         if state.owners:
@@ -267,13 +271,13 @@ def call(func, arrays: list, states: list) -> list:
         else:
             ins.append(state.array)
     result = func(*ins)
-    outs = [result] if isinstance(result, tvm.runtime.Tensor) else list(result)
+    single = isinstance(result, tvm.runtime.Tensor)
     for state in states:
         if state.out is not None and not state.inplace:
-            state.array = outs[state.out]
+            state.array = result if single else result[state.out]
             for owner in state.owners:
                 owner._array = state.array
-    return outs
+    return {k: result if single else result[k] for k in wanted}
 
 
 def start() -> Recorder:
