@@ -9,6 +9,7 @@ one process, interleaved, not as a sum of kernel estimates.
 """
 from __future__ import annotations
 
+import math
 import tempfile
 import time
 from pathlib import Path
@@ -31,17 +32,26 @@ def tune_model(model, example, training: bool = False, trials: int | None = None
     return scheduler.run(trials=trials, budget_s=budget_s, resume=resume, callback=callback)
 
 
-def model_times(model, example, training: bool = False, repeat: int = 7, number: int = 30,
-                target=None) -> dict:
+def model_times(model, example, training: bool = False, repeat: int = 11, number: int | None = None,
+                target=None, min_sample_s: float = 0.02) -> dict:
     """Median seconds per call of the model built untuned (the templates'
     defaults) and tuned (the records), measured interleaved in this process:
     ``{"untuned_s", "tuned_s"}``. Inference runs the exported module through
     a ``Predictor``; training runs compiled steps (``kiln.compile``) and
-    leaves the model's weights as they were."""
+    leaves the model's weights as they were.
+
+    Each of the ``repeat`` rounds times ``number`` calls of each build, one
+    build after the other; ``number`` (default) is set so that a round of
+    the slower build lasts ``min_sample_s``: on a host whose speed shifts
+    for milliseconds at a time, rounds of a few calls (a small model's call
+    takes tens of µs) fall in different phases, and the same kernels read
+    1.1x apart."""
     example = np.asarray(example.numpy() if hasattr(example, "numpy") else example)
     calls, restore = (_training_calls if training else _inference_calls)(model, example, target)
     times = {name: [] for name in calls}
     try:
+        if number is None:
+            number = max(_calls_lasting(call, min_sample_s) for call in calls.values())
         for _ in range(repeat):
             for name, call in calls.items():
                 call()  # warm
@@ -52,6 +62,14 @@ def model_times(model, example, training: bool = False, repeat: int = 7, number:
     finally:
         restore()
     return {f"{name}_s": float(np.median(t)) for name, t in times.items()}
+
+
+def _calls_lasting(call, seconds: float) -> int:
+    """How many calls of ``call`` last ``seconds`` (from one warm call, timed after another)."""
+    call()
+    start = time.perf_counter()
+    call()
+    return max(1, math.ceil(seconds / max(time.perf_counter() - start, 1e-9)))
 
 
 def _inference_calls(model, example, target) -> tuple:
