@@ -17,6 +17,7 @@ import json
 
 from kiln.bench.timing import calls_sampler, compare, kernel_sampler
 from kiln.cli.args import input_shapes, parse_attrs
+from kiln.errors import KilnError
 from kiln.runtime import build
 from kiln.runtime.measure import random_inputs, work
 
@@ -52,9 +53,16 @@ def main() -> None:
     parser.add_argument("--torch", action="store_true")
     parser.add_argument("--repeat", type=int, default=10)
     args = parser.parse_args()
-    shapes, attrs = input_shapes(args.op, args.shape), parse_attrs(args.op, args.attr)
-    configs = [json.loads(c) for c in args.config] or [{}]
-    kernels = [build(args.op, shapes, attrs=attrs, config=c) for c in configs]
+    try:
+        shapes, attrs = input_shapes(args.op, args.shape), parse_attrs(args.op, args.attr)
+        configs = [json.loads(c) for c in args.config] or [{}]
+        if not all(isinstance(c, dict) for c in configs):
+            raise ValueError("a config is not a JSON object")
+        kernels = [build(args.op, shapes, attrs=attrs, config=c) for c in configs]
+    except KilnError as exc:  # a bad op, shape, attribute or knob: kiln's message, no traceback
+        parser.error(str(exc))
+    except ValueError as exc:  # json's errors among them
+        parser.error(f"got --config {args.config}, expected JSON objects of knob values: {exc}")
     arrays = random_inputs(kernels[0].shapes, kernels[0].dtypes)
     samplers = {json.dumps(c): kernel_sampler(k, arrays) for c, k in zip(configs, kernels)}
     if args.torch:
