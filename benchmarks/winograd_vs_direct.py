@@ -23,6 +23,7 @@ import numpy as np
 
 import kiln
 from kiln.bench.timing import compare, kernel_sampler
+from kiln.errors import KilnError
 from kiln.graph.prepack import winograd_tile
 from kiln.runtime.winograd import winograd_kernel
 from kiln.schedules.cpu.conv2d_defaults import packed_channels
@@ -40,11 +41,20 @@ def main() -> None:
     parser.add_argument("--repeat", type=int, default=10)
     parser.add_argument("--training", action="store_true", help="the weight transformed in every call")
     args = parser.parse_args()
-    n, c, h, w = (int(d) for d in args.shape.split("x"))
+    try:
+        n, c, h, w = (int(d) for d in args.shape.split("x"))
+        if min(n, c, h, w, args.out, args.repeat) < 1:
+            raise ValueError
+    except ValueError:
+        parser.error(f"got --shape {args.shape!r}, --out {args.out}, --repeat {args.repeat}, expected positive "
+                     "whole numbers (--shape NxCxHxW)")
     rng = np.random.default_rng(0)
     x = rng.standard_normal((n, c, h, w)).astype("float32")
     weight = rng.standard_normal((args.out, c, 3, 3)).astype("float32")
-    workload = get_op("conv2d").check([x.shape, weight.shape], ["float32"] * 2, {"padding": args.padding})
+    try:
+        workload = get_op("conv2d").check([x.shape, weight.shape], ["float32"] * 2, {"padding": args.padding})
+    except KilnError as exc:  # a padding the conv cannot take: kiln's message, no traceback
+        parser.error(str(exc))
     if args.training:
         return training(x, weight, workload, args.repeat)
     oc = packed_channels(workload, kiln.cpu())
