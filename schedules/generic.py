@@ -11,7 +11,7 @@ blocks, and on a fused epilogue's blocks: ``schedule_auto``):
               slice the widest of a quarter, half or whole vector, at
               least 4 lanes, that reads adjacent elements).
 ``rows``      1 to keep the innermost loop apart, under the fused outer
-              loops, and vectorize it by itself (``_vectorize_row``); 0 to
+              loops, and vectorize it by itself (``vectorize_row``); 0 to
               fuse every loop. Default 1 where a vector of the fused loop
               would cross rows and compute each lane's indices with a
               division and a modulo: the zero-padding stage of a weight
@@ -71,7 +71,7 @@ def schedule_injective(sch, block, cfg: Config, prefix: str = "", parallel: bool
         (n is None or n >= PARALLEL_MIN) if parallel is None else parallel)))
     if rows:
         outer = sch.fuse(*loops[:-1]) if len(loops) > 2 else loops[0]
-        _vectorize_row(sch, loops[-1], width, vec)
+        vectorize_row(sch, loops[-1], width, vec)
     else:
         outer = sch.fuse(*loops) if len(loops) > 1 else loops[0]
         if vec > 1:
@@ -81,7 +81,7 @@ def schedule_injective(sch, block, cfg: Config, prefix: str = "", parallel: bool
         sch.parallel(outer)
 
 
-def _vectorize_row(sch, loop, width: int, vec: int) -> None:
+def vectorize_row(sch, loop, width: int, vec: int) -> None:
     """Vectorize an innermost loop of ``width`` iterations: by ``vec`` lanes
     when they divide it, else whole when it is at most ``ROW_VECTOR_MAX``
     long, else by its largest divisor from ``vec`` to that bound (a scalar

@@ -80,21 +80,34 @@ def test_a_config_changes_the_schedule_and_keeps_the_result():
     np.testing.assert_allclose(serial(x), default(x), rtol=1e-6)
 
 
-@pytest.mark.parametrize("shape, sliced", [
-    ((32, 64, 16, 16), True),   # a map of 256: each channel's slices read adjacent elements
-    ((16, 32, 2, 2), True),     # a map of 4: slices of 4 lanes
-    ((16, 64, 7, 7), False),    # a map of 49 takes no slice of 4 or more: a slice would span the batch and gather
+@pytest.mark.parametrize("shape, slice_lanes", [
+    ((32, 64, 16, 16), "vector"),  # maps of 256: slices of a whole vector
+    ((16, 32, 2, 2), 4),           # maps of 4: slices of 4 lanes
+    ((16, 64, 7, 7), None),        # a map of 49 takes no slice of 4 or more: the generic schedule
 ])
-def test_batch_norm_statistics_take_vector_slices_only_where_they_read_adjacent_memory(shape, sliced):
+def test_batch_norm_runs_a_task_per_channel_where_a_vector_slice_divides_its_maps(shape, slice_lanes):
+    """Every stage of a channel (its statistics, summed in vector slices of
+    the contiguous map, then the output) in one task; where no slice
+    divides the map, the generic schedule, its statistics vectorized across
+    the channels (a slice would span the batch dim and gather)."""
     c = shape[1]
     rng = np.random.default_rng(0)
     x, gamma, beta = (rng.standard_normal(s).astype("float32") for s in (shape, (c,), (c,)))
-    kernel = kiln.build("batch_norm_train", [shape, (c,), (c,)])
-    config = kernel.resolved_config()
-    assert config["batch_norm_train_mean.rfactor"] == config["batch_norm_train_var.rfactor"] == int(sliced)
-    want = get_op("batch_norm_train").reference(x, gamma, beta, eps=1e-5)
-    for got, ref in zip(kernel(x, gamma, beta), want):
-        np.testing.assert_allclose(got.numpy() if hasattr(got, "numpy") else got, ref, rtol=1e-4, atol=1e-4)
+    gy, gmean, gvar = rng.standard_normal(shape).astype("float32"), *(rng.standard_normal(c).astype("float32")
+                                                                        for _ in range(2))
+    lanes = kiln.cpu().lanes("float32")
+    for op, args in (("batch_norm_train", (x, gamma, beta)), ("batch_norm_train_grad", (gy, x, gamma, gmean, gvar))):
+        kernel = kiln.build(op, [a.shape for a in args])
+        config = kernel.resolved_config()
+        if slice_lanes is None:
+            assert kernel.template == "generic.schedule_auto" and config[f"{op}_mean.rfactor"] == 0
+        else:
+            assert kernel.template == "norm.schedule_batch_norm"
+            assert config["vector"] == (lanes if slice_lanes == "vector" else slice_lanes)
+            assert "T.parallel" in kernel.script() and len(kernel.script().split("T.parallel")) == 2  # one loop
+        want = get_op(op).reference(*args, eps=1e-5)
+        for got, ref in zip(kernel(*args), want):
+            np.testing.assert_allclose(got.numpy() if hasattr(got, "numpy") else got, ref, rtol=1e-3, atol=1e-3)
 
 
 @pytest.mark.parametrize("shape, axis, sliced", [

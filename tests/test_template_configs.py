@@ -28,6 +28,8 @@ WORKLOADS = [
     Case("conv2d_winograd", [(2, 2, 9, 7, 8), (2, 6, 6, 13, 16)],
          attrs={"out_channels": 24, "padding": 1, "in_block": 8, "out_block": True}, low=-0.25, high=0.25),
     Case("batch_norm_train", [(6, 5, 4, 8), (5,), (5,)], attrs={"eps": 1e-5}),
+    Case("batch_norm_train", [(6, 8, 4, 8), (8,), (8,)], attrs={"eps": 1e-5}),  # channel tasks (norm.py)
+    Case("batch_norm_train_grad", [(6, 8, 2, 6), (6, 8, 2, 6), (8,), (8,), (8,)], attrs={"eps": 1e-5}),
     Case("batch_norm_train_grad", [(6, 5, 4, 8), (6, 5, 4, 8), (5,), (5,), (5,)], attrs={"eps": 1e-5}),
 ]
 
