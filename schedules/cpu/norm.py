@@ -30,7 +30,7 @@ import math
 from ..config import Config
 from ..dispatch import NOT_APPLICABLE, NotApplicable, register_template
 from ..generic import vectorize_row
-from ..util import blocks, is_reduction
+from ..util import block_name, blocks, is_reduction
 
 #: ``vector``'s smallest slice
 MIN_LANES = 4
@@ -51,13 +51,14 @@ def schedule_batch_norm(sch, block, cfg: Config) -> NotApplicable | None:
     width = cfg.define_knob("vector", widths, default=max(widths))
     par = cfg.define_knob("parallel", (0, 1), default=1)
 
-    factored = [_slices(sch, b, width) for b in blocks(sch) if is_reduction(sch, b)]
+    factored = [_slices(sch, sch.get_sblock(name), width) for name in _own(sch, workload.op.name)
+                if is_reduction(sch, sch.get_sblock(name))]
     out = sch.get_sblock(workload.op.name)
     batch, channel, *_ = sch.get_loops(out)
     sch.reorder(channel, batch)
     # every stage's nest starts with its channel loop: one loop of them all, the stages in program order in
     # its body (each reads only its own channel of the stages before it)
-    channel = sch.merge(*[sch.get_loops(b)[0] for b in blocks(sch)])
+    channel = sch.merge(*[sch.get_loops(sch.get_sblock(name))[0] for name in _own(sch, workload.op.name)])
     if par:
         sch.parallel(channel)
     for rf in factored:  # a slice's lanes (the innermost loop of its partial sums) as one vector
@@ -66,6 +67,14 @@ def schedule_batch_norm(sch, block, cfg: Config) -> NotApplicable | None:
     spatial = sch.get_loops(out)[2:]  # under the channel and batch loops
     vectorize_row(sch, sch.fuse(*spatial) if len(spatial) > 1 else spatial[0], plane, lanes)
     return None
+
+
+def _own(sch, output: str) -> list[str]:
+    """The names of the op's stages, in order, up to its ``output`` block: a
+    fused epilogue's blocks after it are the graph's to inline into the
+    output's write-back (``graph.lower``)."""
+    names = [block_name(sch, b) for b in blocks(sch)]
+    return names[:names.index(output) + 1]
 
 
 def _slices(sch, block, width: int):
