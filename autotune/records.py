@@ -144,12 +144,14 @@ def best(records: Iterable[dict]) -> dict | None:
     """The successful record with the lowest median time, or None; among the
     confirmed records when the last confirmation (in file order) came after
     every successful trial (a trial's single timing can be a lucky one, the
-    re-timing ranks the top configs in one sitting), else among them all:
-    trials measured since, by a run that did not confirm, are not ignored."""
+    re-timing ranks the top configs in one sitting), less those that did
+    not beat the run's first config in most turns of it (``beats_first``
+    False: ``tune._against``), else among them all: trials measured since,
+    by a run that did not confirm, are not ignored."""
     ok = [r for r in records if is_ok(r)]
     last = max((i for i, r in enumerate(ok) if is_confirmed(r)), default=None)
     current = last is not None and all(is_confirmed(r) for r in ok[last:])
-    pool = [r for r in ok if is_confirmed(r)] if current else ok
+    pool = [r for r in ok if is_confirmed(r) and r.get("beats_first") is not False] if current else ok
     return min(pool, key=lambda r: r["result"]["median_s"]) if pool else None
 
 

@@ -17,9 +17,12 @@ lucky timing. A run therefore ends by confirming (``confirm=True``): the
 fastest configs whose trials beat the one measured first (``CONFIRM_TOP`` at
 most) are built again with it and timed in turns, one repeat each
 (``LocalRunner.compare``), and these records (``confirmed``) decide the
-task's best (``records.best``). Where no trial beat the first, nothing is
-re-timed: the first stays the best, and a lucky timing of the first can
-only keep the config a run started from.
+task's best (``records.best``): a config replaces the first only where it
+was faster in two turns of three at least (``beats_first``), since a
+median a few percent lower is within what the host's shifts make of two
+equal kernels. Where no trial beat the first, nothing is re-timed: the
+first stays the best, and a lucky timing of the first can only keep the
+config a run started from.
 """
 from __future__ import annotations
 
@@ -46,6 +49,7 @@ from .tuners import TUNERS
 
 CONFIRM_TOP = 3     # the fastest configs re-timed at the end of a run (those that beat the first, with it)
 CONFIRM_ROUNDS = 3  # that re-timing's repeats per config, in the runner's repeats (3 x 5: 15 turns)
+CONFIRM_WINS = 2 / 3  # the share of those turns a config must be faster in than the first to replace it
 
 
 @dataclass
@@ -266,8 +270,20 @@ def _confirm(task, records, first, builder, runner, folder, data, about) -> list
         for _, lib in ready:
             os.unlink(lib)
     return [rec.make_record(task.json, chosen[key], result=_result(task, times), confirmed=True, trial=None,
-                            runner=runner.describe(), **about)
+                            runner=runner.describe(), **_against(times, costs.get(first_key), key == first_key),
+                            **about)
             for key, times in costs.items() if times]
+
+
+def _against(times: list, first: list | None, is_first: bool) -> dict:
+    """``{"beats_first": bool}`` for a config re-timed beside the first:
+    whether it was faster in at least ``CONFIRM_WINS`` of the turns they
+    shared (each turn times both at one moment); nothing for the first, or
+    where the first has no timings."""
+    if is_first or not first:
+        return {}
+    turns = list(zip(times, first))
+    return {"beats_first": sum(a < b for a, b in turns) >= CONFIRM_WINS * len(turns)}
 
 
 def _replay(search, space, task, prior) -> None:

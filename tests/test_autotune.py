@@ -107,7 +107,9 @@ def test_short_tune_writes_records_and_keeps_the_best(tuner, tmp_path, workers):
     chosen = sorted(faster, key=lambda r: r["result"]["median_s"])[:3] + recs[:1] if faster else []
     assert {config_key(r["config"]) for r in confirmed} == {config_key(r["config"]) for r in chosen}
     assert all(len(r["result"]["costs"]) == 9 and r["trial"] is None for r in confirmed)
-    assert result.best == (min(confirmed, key=lambda r: r["result"]["median_s"]) if confirmed else recs[0])
+    winners = [r for r in confirmed if r.get("beats_first") is not False]  # the first, and who beat it in turns
+    assert all(("beats_first" in r) == (config_key(r["config"]) != config_key(recs[0]["config"])) for r in confirmed)
+    assert result.best == (min(winners, key=lambda r: r["result"]["median_s"]) if confirmed else recs[0])
 
 
 def test_xgb_tuner_uses_the_model_after_min_train(tmp_path, workers):
@@ -165,6 +167,24 @@ def test_best_trusts_a_confirmation_only_until_a_later_trial():
     assert records.best([lucky, slow, retimed, later]) is lucky
     assert records.best([lucky, slow, retimed, later, made(1.6, confirmed=True, k=3)])["result"]["median_s"] == 1.6
     assert records.best([]) is None
+
+
+def test_a_re_timed_config_replaces_the_first_only_where_it_won_two_turns_of_three():
+    """A re-timed config must be faster than the first in two of three turns
+    they shared: a lower median alone can be the host's shifts."""
+    from kiln.autotune.tune import _against
+
+    first = [1.0] * 15
+    assert _against([0.9] * 10 + [1.1] * 5, first, False) == {"beats_first": True}  # 10 turns of 15
+    assert _against([0.5] * 9 + [1.1] * 6, first, False) == {"beats_first": False}  # a lower median, 9 of 15
+    assert _against([0.9] * 15, first, True) == {} and _against([0.9] * 15, None, False) == {}
+
+    def made(median, k, **info):
+        return records.make_record(SMALL.json, {"k": k}, result={"median_s": median, "costs": [median]},
+                                   confirmed=True, **info)
+    default, noise, faster = made(1.0, 0), made(0.9, 1, beats_first=False), made(0.95, 2, beats_first=True)
+    assert records.best([default, noise]) is default
+    assert records.best([default, noise, faster]) is faster
 
 
 def test_records_torn_and_corrupt_lines_are_skipped_with_a_warning(tmp_path):

@@ -105,7 +105,8 @@ for r in top:
 # A trial is timed once, and a busy machine makes some timings lucky. So each
 # run ended by timing the (at most three) fastest configs that beat the
 # default again, beside it, in turns, one repeat each: these ``confirmed``
-# records decide the best (a run where nothing beat the default re-times none).
+# records decide the best, a config replacing the default only where it was
+# faster in two turns of three (a run where nothing beat the default re-times none).
 for r in recs:
     if r.get("confirmed"):
         print(f"  {r['result']['gflops']:7.1f} GFLOPS  {r['tuner']:>6} confirmed  {r['config']}")
