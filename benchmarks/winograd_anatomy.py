@@ -15,8 +15,8 @@ one another (no pause for idle between samples, as a model's calls run):
   them.
 
 and prints what they imply: the products' rate against one core's FMA peak
-(``kiln.bench.machine.fma_peak``), the transforms' share (the one-thread
-kernel less its products), and what running on the pool costs beyond
+(``kiln.bench.machine.fma_peak``), the rest of the one-thread kernel (the
+transforms, with what running them beside the products costs), and what running on the pool costs beyond
 dividing the one-thread time by the threads.
 
 Run: ``python benchmarks/winograd_anatomy.py --shape 16x16x8x8 --out 32``
@@ -142,7 +142,7 @@ def report(times: dict, product_flops: int, core_peak: float) -> None:
     pool = times["kernel"] - times["kernel, one thread"] / threads
     print(f"  products: {rate:.1f} GFLOPS, {100 * rate / core_peak:.0f}% of one core's FMA peak (their mean)")
     print(f"  one thread: products {100 * times['products, one thread'] / times['kernel, one thread']:.0f}%, "
-          f"the rest (transforms, epilogue) {rest * 1e6:.2f} us")
+          f"the rest (the transforms) {rest * 1e6:.2f} us")
     print(f"  on {threads} threads: {pool * 1e6:.2f} us beyond the one-thread time / {threads} "
           f"({100 * pool / times['kernel']:.0f}% of the kernel); an empty launch takes "
           f"{times['empty parallel launch'] * 1e6:.2f} us")
