@@ -16,8 +16,9 @@ one another (no pause for idle between samples, as a model's calls run):
 
 and prints what they imply: the products' rate against one core's FMA peak
 (``kiln.bench.machine.fma_peak``), the rest of the one-thread kernel (the
-transforms, with what running them beside the products costs), and what running on the pool costs beyond
-dividing the one-thread time by the threads.
+transforms, with what running them beside the products costs), and what
+running on the pool costs beyond dividing the one-thread time by the
+threads.
 
 Run: ``python benchmarks/winograd_anatomy.py --shape 16x16x8x8 --out 32``
 (the digits CNN's second layer at batch 16).
@@ -64,8 +65,9 @@ def products_module(n: int, blocks: int, span: int, tiles: int, channels: int, o
     return tvm.compile(sch.mod, target=target.tvm)
 
 
-def launch_module(target):
-    """One vector of work per thread, the threads' loop parallel."""
+def launch_module(target) -> tuple:
+    """One vector of work per thread, the threads' loop parallel: the
+    compiled module and its two tensors."""
     threads, lanes = tvm.runtime.num_threads(), target.lanes("float32")
     a = te.placeholder((threads, lanes), name="a")
     out = te.compute((threads, lanes), lambda t, j: a[t, j] + 1.0, name="out")
@@ -73,7 +75,8 @@ def launch_module(target):
     t, j = sch.get_loops(sch.get_sblock("out"))
     sch.parallel(t)
     sch.vectorize(j)
-    return tvm.compile(sch.mod, target=target.tvm), [(threads, lanes)] * 2
+    return tvm.compile(sch.mod, target=target.tvm), [tvm.runtime.tensor(np.zeros((threads, lanes), "float32"))
+                                                     for _ in range(2)]
 
 
 def main() -> None:
@@ -110,20 +113,19 @@ def main() -> None:
     shapes = [(n, c // lanes, h, w, lanes), (blocks, span, span, c, oc)]
     attrs = {"out_channels": args.out, "padding": args.padding, "in_block": lanes, "out_block": True}
     kernel = kiln.build("conv2d_winograd", shapes, attrs=attrs)
-    serial = kiln.build("conv2d_winograd", shapes, attrs=attrs, config={**kernel.resolved_config(), "parallel": 0})
+    config = kernel.resolved_config()
+    serial = kiln.build("conv2d_winograd", shapes, attrs=attrs, config={**config, "parallel": 0})
     arrays = random_inputs(kernel.shapes, kernel.dtypes)
-    tile_p = kernel.resolved_config()["tile_p"]
-    products = products_module(n, blocks, span, tiles, c, oc, tile_p, target)
+    products = products_module(n, blocks, span, tiles, c, oc, config["tile_p"], target)
     rng = np.random.default_rng(0)
     product_args = [tvm.runtime.tensor(rng.standard_normal(s).astype("float32")) for s in
                     ((n, span, span, tiles, c), (blocks, span, span, c, oc), (n, blocks, span, span, tiles, oc))]
-    launch, launch_shapes = launch_module(target)
-    launch_args = [tvm.runtime.tensor(np.zeros(s, "float32")) for s in launch_shapes]
+    launch, launch_args = launch_module(target)
     last = args.sample_ms / 1e3
     sides = {"kernel": kernel_sampler(kernel, arrays, last), "kernel, one thread": kernel_sampler(serial, arrays, last),
              "products, one thread": module_sampler(products.mod, product_args, last),
              "empty parallel launch": module_sampler(launch.mod, launch_args, last)}
-    print(f"conv2d_winograd F({step}x{step}) {args.shape} -> {args.out} channels, config {kernel.resolved_config()}, "
+    print(f"conv2d_winograd F({step}x{step}) {args.shape} -> {args.out} channels, config {config}, "
           f"{tvm.runtime.num_threads()} threads")
     peaks = [fma_peak(target) / target.cores]
     times = {name: side["median_s"] for name, side in compare(sides, args.repeat, settle=0).items()}
