@@ -10,6 +10,11 @@ one another (no pause for idle between samples, as a model's calls run):
 - ``products, one thread``: its matrix products alone, with the template's
   register tile (``tile_p`` tiles x the block's channels in accumulators, the
   input channels outside them), on inputs already transformed;
+- ``products, weights in L1``: the same products with the images looped
+  inside each position, so a position's weights come from L1 for every image
+  after the first, where the template streams all of an image's positions'
+  weights from L2 (36 x 2 KB for F(4x4) on 16 -> 32 channels, beyond a 48
+  KB L1): what that streaming costs the products;
 - ``empty parallel launch``: a kernel of one vector per thread, run on TVM's
   thread pool: what any parallel kernel pays to start its tasks and wait for
   them.
@@ -40,10 +45,14 @@ from kiln.schedules.cpu.conv2d_defaults import packed_channels
 from kiln.te import get_op
 
 
-def products_module(n: int, blocks: int, span: int, tiles: int, channels: int, oc: int, tile_p: int, target):
+def products_module(n: int, blocks: int, span: int, tiles: int, channels: int, oc: int, tile_p: int, target,
+                    images_inner: bool = False):
     """The Winograd products of ``n`` images as the template computes them:
     per image, channel block and position, ``tile_p`` tiles x ``oc`` channels
-    accumulated in registers over the input channels, written once."""
+    accumulated in registers over the input channels, written once. With
+    ``images_inner`` the images loop inside each position, so a position's
+    weights are read from L1 for every image after the first instead of
+    streamed from L2 for each (a task's span^2 positions of weights outgrow L1)."""
     v = te.placeholder((n, span, span, tiles, channels), name="v")
     u = te.placeholder((blocks, span, span, channels, oc), name="u")
     rc = te.reduce_axis((0, channels), "rc")
@@ -53,7 +62,7 @@ def products_module(n: int, blocks: int, span: int, tiles: int, channels: int, o
     block = sch.get_sblock("m")
     b, kb, e, w, p, k, r = sch.get_loops(block)
     po, pi = sch.split(p, [None, tile_p])
-    sch.reorder(b, kb, e, w, po, r, pi, k)
+    sch.reorder(*((kb, e, w, b) if images_inner else (b, kb, e, w)), po, r, pi, k)
     acc = sch.cache_write(block, 0, "local")
     sch.reverse_compute_at(acc, po)
     sch.vectorize(k)
@@ -116,14 +125,16 @@ def main() -> None:
     config = kernel.resolved_config()
     serial = kiln.build("conv2d_winograd", shapes, attrs=attrs, config={**config, "parallel": 0})
     arrays = random_inputs(kernel.shapes, kernel.dtypes)
-    products = products_module(n, blocks, span, tiles, c, oc, config["tile_p"], target)
+    products = [products_module(n, blocks, span, tiles, c, oc, config["tile_p"], target, inner)
+                for inner in (False, True)]
     rng = np.random.default_rng(0)
     product_args = [tvm.runtime.tensor(rng.standard_normal(s).astype("float32")) for s in
                     ((n, span, span, tiles, c), (blocks, span, span, c, oc), (n, blocks, span, span, tiles, oc))]
     launch, launch_args = launch_module(target)
     last = args.sample_ms / 1e3
     sides = {"kernel": kernel_sampler(kernel, arrays, last), "kernel, one thread": kernel_sampler(serial, arrays, last),
-             "products, one thread": module_sampler(products.mod, product_args, last),
+             "products, one thread": module_sampler(products[0].mod, product_args, last),
+             "products, weights in L1": module_sampler(products[1].mod, product_args, last),
              "empty parallel launch": module_sampler(launch.mod, launch_args, last)}
     print(f"conv2d_winograd F({step}x{step}) {args.shape} -> {args.out} channels, config {config}, "
           f"{tvm.runtime.num_threads()} threads")
@@ -142,7 +153,8 @@ def report(times: dict, product_flops: int, core_peak: float) -> None:
     rate = product_flops / times["products, one thread"] / 1e9
     rest = times["kernel, one thread"] - times["products, one thread"]
     pool = times["kernel"] - times["kernel, one thread"] / threads
-    print(f"  products: {rate:.1f} GFLOPS, {100 * rate / core_peak:.0f}% of one core's FMA peak (their mean)")
+    print(f"  products: {rate:.1f} GFLOPS, {100 * rate / core_peak:.0f}% of one core's FMA peak (their mean); "
+          f"with the weights in L1 {100 * rate * times['products, one thread'] / times['products, weights in L1'] / core_peak:.0f}%")
     print(f"  one thread: products {100 * times['products, one thread'] / times['kernel, one thread']:.0f}%, "
           f"the rest (the transforms) {rest * 1e6:.2f} us")
     print(f"  on {threads} threads: {pool * 1e6:.2f} us beyond the one-thread time / {threads} "
