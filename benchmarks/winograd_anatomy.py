@@ -13,8 +13,8 @@ one another (no pause for idle between samples, as a model's calls run):
 - ``products, weights in L1``: the same products with the images looped
   inside each position, so a position's weights come from L1 for every image
   after the first, where the template streams all of an image's positions'
-  weights from L2 (36 x 2 KB for F(4x4) on 16 -> 32 channels, beyond a 48
-  KB L1): what that streaming costs the products;
+  weights from L2 (36 x 2 KB for F(4x4) on 16 -> 32 channels, more than a
+  32-48 KB L1 holds): what that streaming costs the products;
 - ``empty parallel launch``: a kernel of one vector per thread, run on TVM's
   thread pool: what any parallel kernel pays to start its tasks and wait for
   them.
@@ -151,10 +151,11 @@ def report(times: dict, product_flops: int, core_peak: float) -> None:
     """What the times imply (see the module docstring)."""
     threads = tvm.runtime.num_threads()
     rate = product_flops / times["products, one thread"] / 1e9
+    in_l1 = product_flops / times["products, weights in L1"] / 1e9
     rest = times["kernel, one thread"] - times["products, one thread"]
     pool = times["kernel"] - times["kernel, one thread"] / threads
     print(f"  products: {rate:.1f} GFLOPS, {100 * rate / core_peak:.0f}% of one core's FMA peak (their mean); "
-          f"with the weights in L1 {100 * rate * times['products, one thread'] / times['products, weights in L1'] / core_peak:.0f}%")
+          f"with the weights in L1 {100 * in_l1 / core_peak:.0f}%")
     print(f"  one thread: products {100 * times['products, one thread'] / times['kernel, one thread']:.0f}%, "
           f"the rest (the transforms) {rest * 1e6:.2f} us")
     print(f"  on {threads} threads: {pool * 1e6:.2f} us beyond the one-thread time / {threads} "
