@@ -62,9 +62,14 @@ def add_op_arguments(parser: argparse.ArgumentParser, required: bool = True, rec
                         help="an op attribute, value as a Python literal (repeatable)")
     parser.add_argument("--target", default="cpu", help="cpu (default) or cuda[:sm_XX] (default: the GPU present's)")
     if records:
-        parser.add_argument("--records", metavar="FILE",
-                            help="also use the best tuned configs in this records file (written by kiln tune "
-                                 "--records FILE); kiln's default records file is always read")
+        add_records_argument(parser)
+
+
+def add_records_argument(parser: argparse.ArgumentParser) -> None:
+    """``--records FILE``, read by ``apply_records_arg``."""
+    parser.add_argument("--records", metavar="FILE",
+                        help="also use the best tuned configs in this records file (written by kiln tune "
+                             "--records FILE); kiln's default records file is always read")
 
 
 def apply_records_arg(args: argparse.Namespace) -> None:

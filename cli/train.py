@@ -2,8 +2,8 @@
 as each epoch ends, and export the trained model as one compiled module.
 
 Nothing is lost to a mistake or a Ctrl-C: the arguments, every output path
-(``--save``, ``--export``, ``--plot``, matplotlib for the plot) and the labels
-are checked before the first epoch; a first Ctrl-C stops training at the next
+(``--save``, ``--export``, ``--plot``, matplotlib for the plot), a
+``--records`` file and the labels are checked before the first epoch; a first Ctrl-C stops training at the next
 step boundary and, with ``--save``, writes the checkpoint there (exit 130); a
 second Ctrl-C stops at once (the checkpoint is then written as it stands).
 """
@@ -24,7 +24,7 @@ import numpy as np
 from ..errors import DataError, OutputError
 from ..outputs import PLOT_HINT, atomic_path, check_output_path, check_plot_path
 from ..runtime import cache
-from .args import positive_int, seed_int
+from .args import add_records_argument, apply_records_arg, positive_int, seed_int
 
 CLASSES = 10
 
@@ -68,6 +68,7 @@ def register(subparsers) -> None:
                                                            f"{PLOT_HINT}); the suffix picks the image type")
     parser.add_argument("--json", action="store_true",
                         help="print one JSON object on stdout at the end (the epoch table goes to stderr)")
+    add_records_argument(parser)  # the training step and --export are built with its tuned configs
     parser.set_defaults(func=run)
 
 
@@ -103,6 +104,7 @@ def run(args) -> int:
     from ..nn.data import check_labels
 
     check_outputs(args)
+    apply_records_arg(args)
     compiled_before, disk_before = cache.stats.compiled, cache.stats.disk_hits
     nn.init.manual_seed(args.seed)
     train_set, test_set = _datasets(args)

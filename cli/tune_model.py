@@ -9,7 +9,9 @@ written by ``kiln train --save``. Its kernels are extracted
 shows the task tuned and the model's estimated time. It ends with the model
 measured for real, untuned against tuned: exported and run by a
 ``Predictor`` at the batch size, or with ``--training`` one compiled
-training step. ``kiln export`` and ``kiln train`` use the records from then on.
+training step, and says where the records went: ``kiln export`` and ``kiln
+train`` use those of kiln's default file from then on, those of another
+with ``--records FILE``.
 """
 from __future__ import annotations
 
@@ -55,7 +57,7 @@ def load_model(name: str):
 
 
 def run(args) -> int:
-    from ..autotune import LocalRunner, apply_records
+    from ..autotune import LocalRunner, apply_records, records
     from ..autotune.model import model_times, tune_model
     from ..bench.machine import fma_peak
 
@@ -82,7 +84,7 @@ def run(args) -> int:
         apply_records(args.records)  # the tuned model is built from them (kiln's default file is always read)
     print("measuring the model untuned and tuned...", file=sys.stderr, flush=True)
     times = model_times(model, example, training=args.training, target=args.target)
-    summary = _summary(args, plan, times, fma_peak(args.target))
+    summary = _summary(args, plan, times, fma_peak(args.target), str(args.records or records.default_path()))
     print(json.dumps(summary) if args.json else _table(summary))
     return 0
 
@@ -103,7 +105,7 @@ def _clock(seconds: float) -> str:
     return f"{m}:{s:02d}"
 
 
-def _summary(args, plan, times: dict, peak_gflops: float) -> dict:
+def _summary(args, plan, times: dict, peak_gflops: float, records: str) -> dict:
     tasks = [{"task": name, "calls": s.calls, "trials": s.trials, "stopped": s.stopped or None,
               "confirmed": s.confirmed, "improved": s.improved,
               "default_ms": s.default_s * 1e3 if s.default_s < math.inf else None,
@@ -116,7 +118,7 @@ def _summary(args, plan, times: dict, peak_gflops: float) -> dict:
             "estimate_untuned_ms": plan.estimate_s(True) * 1e3, "estimate_tuned_ms": plan.estimate_s() * 1e3,
             "untuned_ms": times["untuned_s"] * 1e3, "tuned_ms": times["tuned_s"] * 1e3,
             "speedup": times["untuned_s"] / times["tuned_s"], "same_kernels": not any(t["improved"] for t in tasks),
-            "tasks": tasks}
+            "records": records, "default_records": not args.records, "tasks": tasks}
 
 
 def task_names(states) -> list[str]:
@@ -162,4 +164,10 @@ def _table(s: dict) -> str:
     if s["same_kernels"]:
         lines.append("  no task's best config is another than its default: tuned, the model runs the kernels it ran "
                      "untuned, and the difference measured is the noise of the measurement")
+    if s["default_records"]:
+        lines.append(f"  records {s['records']}  (kiln's default records: kiln export, kiln train and kiln.build "
+                     "use the tuned configs from now on)")
+    else:
+        lines.append(f"  records {s['records']}  (use them with kiln export/train --records {s['records']}, or "
+                     f"kiln.autotune.apply_records({s['records']!r}) before kiln.export or kiln.compile)")
     return "\n".join(lines)

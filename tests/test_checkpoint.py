@@ -212,3 +212,13 @@ def test_export_refuses_an_unwritable_out_before_compiling(tmp_path, capsys):
     assert code == 2 and "is a file, not a folder" in err
     with pytest.raises(kiln.errors.OutputError, match="is a directory"):
         kiln.export(build_model("mlp", (64,), 10), np.zeros((1, 64), "float32"), tmp_path / "out")
+
+
+def test_export_refuses_a_bad_records_file_before_compiling(tmp_path, capsys):
+    ckpt = _valid_checkpoint(tmp_path)
+    (tmp_path / "notes.txt").write_text("not\na records file\n")
+    for records, needle in ((tmp_path / "none.jsonl", "does not exist"), (tmp_path / "notes.txt", "no valid tuning record")):
+        code, out, err = run_cli(["export", str(ckpt), "--out", str(tmp_path / "m.so"), "--records", str(records)],
+                                 capsys)
+        assert code == 2 and err.startswith("kiln: error:") and needle in err and out == "", err
+        assert not (tmp_path / "m.so").exists()

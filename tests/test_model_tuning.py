@@ -311,6 +311,7 @@ def test_the_model_tune_table_puts_each_task_beside_its_arithmetic_at_the_fma_pe
     summary = {"model": "m", "training": False, "batch": 16, "trials": 8, "measured_now": 8, "elapsed_s": 3.0,
                "fma_peak_gflops": 100.0, "estimate_untuned_ms": 4e-4, "estimate_tuned_ms": 3e-4,
                "untuned_ms": 0.01, "tuned_ms": 0.008, "speedup": 1.25, "same_kernels": False,
+               "records": "r.jsonl", "default_records": False,
                "tasks": [dict(task, task=dense.name, best_ms=2 * peak_ms(dense.workload, 100.0),
                               peak_ms=peak_ms(dense.workload, 100.0)),
                          dict(task, task=relu.name, best_ms=1e-4, peak_ms=None)]}
@@ -322,6 +323,9 @@ def test_the_model_tune_table_puts_each_task_beside_its_arithmetic_at_the_fma_pe
     assert all(line.endswith("confirmed  default best") for line in _table(same).splitlines()
                if line.strip().startswith(("dense", "relu")))
     assert "the difference measured is the noise of the measurement" in _table(same)
+    # where the records went, and how the export and the training step read them
+    assert "kiln export/train --records r.jsonl" in _table(summary)
+    assert "kiln export, kiln train and kiln.build use the tuned configs" in _table(dict(summary, default_records=True))
 
 
 def test_tasks_of_one_name_are_told_apart_by_their_attributes():

@@ -1,6 +1,7 @@
-"""``kiln train`` loses nothing: bad numbers, unwritable outputs and bad labels
-are refused before the first epoch; rows stream as epochs end; Ctrl-C stops
-at a step boundary and keeps a checkpoint; long compiles are reported."""
+"""``kiln train`` loses nothing: bad numbers, unwritable outputs, a bad
+records file and bad labels are refused before the first epoch; rows stream
+as epochs end; Ctrl-C stops at a step boundary and keeps a checkpoint; long
+compiles are reported."""
 import argparse
 import io
 import os
@@ -34,8 +35,9 @@ def test_bad_numbers_are_refused(capsys, argv):
 def test_every_flag_has_help():
     subcommands = next(a for a in build_parser()._actions if isinstance(a, argparse._SubParsersAction)).choices
     for command, flags in (("train", {"--dataset", "--data-dir", "--model", "--epochs", "--batch-size",
-                                      "--optimizer", "--lr", "--seed", "--export", "--save", "--plot", "--json"}),
-                           ("export", {"--out", "--json"})):
+                                      "--optimizer", "--lr", "--seed", "--export", "--save", "--plot", "--json",
+                                      "--records"}),
+                           ("export", {"--out", "--json", "--records"})):
         helps = {flag: action.help for action in subcommands[command]._actions for flag in action.option_strings}
         assert flags <= set(helps)
         assert all(helps[flag] for flag in flags), f"kiln {command}: {[f for f in flags if not helps[f]]} lack help"
@@ -60,7 +62,8 @@ def _readonly_dir(tmp_path):
     ("save a directory", "is a directory"), ("export under a file", "is a file, not a folder"),
     ("plot .txt", "expected a file name ending in one of"), ("plot without matplotlib", "pip install -e '.[plot]'"),
     ("save in /sys", "not writable"), ("read-only folder", "not writable"), ("same path twice", "its own path"),
-    ("empty path", "empty path"),
+    ("empty path", "empty path"), ("records missing", "does not exist"),
+    ("records not records", "no valid tuning record"),
 ])
 def test_outputs_are_checked_before_the_first_epoch(tmp_path, capsys, monkeypatch, case, needle):
     if case == "read-only folder" and os.geteuid() == 0:
@@ -68,6 +71,7 @@ def test_outputs_are_checked_before_the_first_epoch(tmp_path, capsys, monkeypatc
     if case == "save in /sys" and _writable("/sys"):
         pytest.skip("/sys accepts new files on this machine")
     (tmp_path / "a_file").write_text("")
+    (tmp_path / "notes.txt").write_text("not\na records file\n")
     args = {"save a directory": ["--save", str(tmp_path)],
             "export under a file": ["--export", str(tmp_path / "a_file" / "m.so")],
             "plot .txt": ["--plot", str(tmp_path / "loss.txt")],
@@ -75,7 +79,9 @@ def test_outputs_are_checked_before_the_first_epoch(tmp_path, capsys, monkeypatc
             "save in /sys": ["--save", "/sys/kiln-test.npz"],
             "read-only folder": ["--save", str(tmp_path / "ro" / "c.npz")],
             "same path twice": ["--save", str(tmp_path / "m"), "--export", str(tmp_path / "m.json")],
-            "empty path": ["--export", ""]}[case]
+            "empty path": ["--export", ""],
+            "records missing": ["--records", str(tmp_path / "none.jsonl")],
+            "records not records": ["--records", str(tmp_path / "notes.txt")]}[case]
     if case == "plot without matplotlib":
         monkeypatch.setitem(sys.modules, "matplotlib", None)  # `import matplotlib` now raises ImportError
         monkeypatch.setitem(sys.modules, "matplotlib.backend_bases", None)
