@@ -43,6 +43,7 @@ FORMAT = 1
 _applied: list[Path] = []
 _index: dict[Path, tuple[tuple, dict]] = {}
 _lock = threading.Lock()
+_warned: set[tuple] = set()  # (path, size, bad lines) of the files whose torn lines were reported
 
 
 def default_path() -> Path:
@@ -95,7 +96,8 @@ def append(path, records: Iterable[dict]) -> None:
 
 def load(path, task_key_: str | None = None) -> list[dict]:
     """The valid records of a file (of one task if ``task_key_`` is given);
-    torn or corrupt lines are skipped with a warning. A missing file is empty."""
+    torn or corrupt lines are skipped with a warning (one per file as it
+    stands, however often it is read). A missing file is empty."""
     path = Path(path)
     try:
         raw = path.read_bytes()
@@ -117,9 +119,14 @@ def load(path, task_key_: str | None = None) -> list[dict]:
             continue
         if task_key_ is None or rec["task_key"] == task_key_:
             out.append(rec)
-    if bad:
-        warnings.warn(f"{path}: skipped {len(bad)} torn or corrupt record line(s) (line {', '.join(map(str, bad[:5]))}"
-                      f"{'...' if len(bad) > 5 else ''})", RuntimeWarning, stacklevel=2)
+    if bad:  # once per file as it stands: a tune reads its records file from several places
+        with _lock:
+            fresh = (str(path), len(raw), tuple(bad)) not in _warned
+            _warned.add((str(path), len(raw), tuple(bad)))
+        if fresh:
+            warnings.warn(f"{path}: skipped {len(bad)} torn or corrupt record line(s) (line "
+                          f"{', '.join(map(str, bad[:5]))}{'...' if len(bad) > 5 else ''})", RuntimeWarning,
+                          stacklevel=2)
     return out
 
 

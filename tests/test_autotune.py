@@ -201,6 +201,10 @@ def test_records_torn_and_corrupt_lines_are_skipped_with_a_warning(tmp_path):
     path.write_text(path.read_text() + "not json\n[1, 2]\n")
     with pytest.warns(RuntimeWarning, match="skipped 3"):
         assert len(records.load(path, SMALL.key)) == 3
+    with warnings.catch_warnings(record=True) as again:  # the file as it stands was reported: once is enough
+        warnings.simplefilter("always")
+        assert len(records.load(path)) == len(load_records(path)) == 3
+    assert not again
     assert records.load(tmp_path / "missing.jsonl") == []
 
 
