@@ -120,9 +120,10 @@ def load(path, task_key_: str | None = None) -> list[dict]:
         if task_key_ is None or rec["task_key"] == task_key_:
             out.append(rec)
     if bad:  # once per file as it stands: a tune reads its records file from several places
+        seen = (str(path), len(raw), tuple(bad))
         with _lock:
-            fresh = (str(path), len(raw), tuple(bad)) not in _warned
-            _warned.add((str(path), len(raw), tuple(bad)))
+            fresh = seen not in _warned
+            _warned.add(seen)
         if fresh:
             warnings.warn(f"{path}: skipped {len(bad)} torn or corrupt record line(s) (line "
                           f"{', '.join(map(str, bad[:5]))}{'...' if len(bad) > 5 else ''})", RuntimeWarning,

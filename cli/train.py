@@ -3,9 +3,10 @@ as each epoch ends, and export the trained model as one compiled module.
 
 Nothing is lost to a mistake or a Ctrl-C: the arguments, every output path
 (``--save``, ``--export``, ``--plot``, matplotlib for the plot), a
-``--records`` file and the labels are checked before the first epoch; a first Ctrl-C stops training at the next
-step boundary and, with ``--save``, writes the checkpoint there (exit 130); a
-second Ctrl-C stops at once (the checkpoint is then written as it stands).
+``--records`` file and the labels are checked before the first epoch; a
+first Ctrl-C stops training at the next step boundary and, with ``--save``,
+writes the checkpoint there (exit 130); a second Ctrl-C stops at once (the
+checkpoint is then written as it stands).
 """
 from __future__ import annotations
 
