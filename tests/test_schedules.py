@@ -129,3 +129,20 @@ def test_a_reduction_over_trailing_dims_reads_them_in_vector_slices(shape, axis,
         out = kiln.build("sum", [shape], attrs={"axis": axis}, config=config)(x)
         np.testing.assert_allclose(out.numpy() if hasattr(out, "numpy") else out, x.sum(axis=axis),
                                    rtol=1e-4, atol=1e-3)
+
+
+@pytest.mark.parametrize("op, shapes, attrs", [
+    ("matmul", [(64, 1), (1, 128)], {}),                    # a batch-1 MLP's weight gradient, x^T @ grad
+    ("matmul", [(1, 10), (128, 1)], {"transpose_a": True, "transpose_b": True}),
+    ("matmul", [(2, 64, 1), (2, 1, 128)], {}),
+    ("dense", [(10, 1), (1, 128), (128,)], {}),
+])
+def test_a_reduction_of_one_packs_its_rows(op, shapes, attrs):
+    """K = 1: the default copies A's block (its rows in tiles) though there
+    is no loop over k left to order the copy by, and the result is the
+    outer product."""
+    kernel = kiln.build(op, shapes, attrs=attrs)
+    assert kernel.resolved_config().get("pack_a") == 1  # the case the template once failed to schedule
+    arrays = [np.random.default_rng(0).standard_normal(s).astype("float32") for s in shapes]
+    np.testing.assert_allclose(np.asarray(kernel(*arrays)), get_op(op).reference(*arrays, **kernel.workload.attrs),
+                               rtol=1e-5, atol=1e-6)

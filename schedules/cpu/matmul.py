@@ -219,7 +219,7 @@ def schedule_matmul(sch, block, cfg: Config) -> None:
     if par:
         sch.parallel(task)
     if packs[0] is not None:
-        sch.compute_at(packs[0], task)
+        sch.compute_at(packs[0], task, preserve_unit_loops=True)  # a K of 1 keeps its loop (_order_pack_a)
         _order_pack_a(sch, packs[0], tile_m, bool(cfg.workload.attrs.get("transpose_a")))
     if packs[1] is not None and blocked:
         sch.compute_at(packs[1], ko)
