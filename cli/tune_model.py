@@ -60,6 +60,7 @@ def run(args) -> int:
     from ..autotune import LocalRunner, apply_records, records
     from ..autotune.model import model_times, tune_model
     from ..bench.machine import fma_peak
+    from ..runtime.device import as_target
 
     if args.op is not None or args.shape is not None:
         raise AttrError("got an op with --model, expected one or the other", op="tune", arg="--model")
@@ -69,6 +70,10 @@ def run(args) -> int:
     if args.rpc:
         raise AttrError("got --rpc with --model, expected local measurement (tune a model's tasks over RPC one "
                         "op at a time)", op="tune", arg="--rpc")
+    if as_target(args.target).kind != "cpu":
+        raise AttrError(f"got --target {args.target} with --model, expected cpu: the model is measured as it is "
+                        "exported and trained, on the CPU (CUDA kernels are tuned one op at a time)", op="tune",
+                        arg="--target")
     model, shape = load_model(args.model)
     example = np.zeros((args.batch_size, *shape), "float32")
     runner = LocalRunner(timeout=args.timeout)

@@ -105,6 +105,10 @@ def export(model, example, path, dynamic_batch: bool = True, target=None, batche
     if example.ndim == 0:
         raise ExportError("got a 0-d example, expected a batch", op="export", arg="example")
     target = as_target(target)
+    if target.kind != "cpu":
+        raise ExportError(f"got target {target.kind}, expected the CPU: an exported module runs on the CPU "
+                          "(Predictor); CUDA kernels are built and tuned one op at a time (kiln.build, kiln tune OP "
+                          "--target cuda)", op="export", arg="target")
     batches = None if batches is None else _check_batches(batches)
     graph = inference_graph(model, example, target, dynamic_batch)
     meta = {"format": FORMAT, "input_shape": [None if dynamic_batch and i == 0 else int(d)

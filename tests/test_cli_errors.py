@@ -53,6 +53,7 @@ def test_argparse_errors_read_like_kiln_errors(capsys):
     (["tune", "relu", "--shape", "64", "--model", "cnn", "--trials", "8"], "one or the other"),
     (["tune", "relu", "--shape", "64", "--budget", "10m"], "without --model"),
     (["tune", "relu", "--shape", "64", "--training"], "without --model"),
+    (["tune", "--model", "cnn", "--trials", "8", "--target", "cuda"], "expected cpu"),  # the model runs on the CPU
     (["show", "relu", "--shape", "99999999999999999999"], "int64"),
     (["show", "relu", "--shape", "4000000000x4000000000x4000000000"], "int64"),
     (["show", "relu", "--shape", "-4"], "non-negative"),

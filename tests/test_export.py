@@ -78,3 +78,11 @@ def test_bad_files_and_inputs_raise_clear_errors(tmp_path):
         predictor(np.zeros((2, 63), "float32"))
     with pytest.raises(DTypeError):
         predictor(np.zeros((2, 64), "float64"))
+
+
+def test_an_export_for_cuda_is_refused_before_compiling(tmp_path):
+    """The exported module and its Predictor run on the CPU: a CUDA target is
+    a clear error, not TVM's GPU verifier failing on the symbolic batch."""
+    with pytest.raises(ExportError, match="expected the CPU"):
+        kiln.export(_mlp(), np.zeros((2, 64), "float32"), tmp_path / "model.so", target="cuda")
+    assert not (tmp_path / "model.so").exists()
