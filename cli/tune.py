@@ -66,6 +66,15 @@ def register(subparsers) -> None:
 
 
 def run(args) -> int:
+    try:
+        return _run(args)
+    except KeyboardInterrupt:  # each batch of measurements was appended as it ended: none is lost
+        print(f"kiln tune: interrupted; what was measured is in {args.records or rec.default_path()}: the same "
+              "command with --resume goes on from it without measuring it again", file=sys.stderr)
+        return 130
+
+
+def _run(args) -> int:
     if args.model is not None:
         if args.plot:
             raise AttrError("got --plot with --model, expected it alone (kiln tune --plot PNG plots the records)",

@@ -239,6 +239,21 @@ def test_a_killed_model_tune_resumes_without_remeasuring(tmp_path):
         {s.model_task.task.key for s in plan.states if s.confirmed} == beaten
 
 
+@pytest.mark.parametrize("argv", [["--model", "mlp", "--trials", "4"], ["relu", "--shape", "64"]])
+def test_ctrl_c_in_a_tune_says_where_the_measurements_are_and_how_to_go_on(tmp_path, capsys, monkeypatch, argv):
+    from kiln.cli import main, tune_model as cli_tune_model
+
+    def interrupted(*args, **kwargs):
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(cli_tune_model, "run", interrupted)  # kiln tune --model
+    monkeypatch.setattr(kiln.autotune, "tune", interrupted)  # kiln tune OP
+    path = tmp_path / "r.jsonl"
+    assert main(["tune", *argv, "--records", str(path)]) == 130
+    err = capsys.readouterr().err
+    assert err.startswith("kiln tune: interrupted") and str(path) in err and "--resume" in err, err
+
+
 def test_tuned_records_reach_the_export_and_the_compiled_step(tmp_path, monkeypatch):
     monkeypatch.setattr(records, "_applied", [])
     model = nn.Sequential(nn.Linear(24, 40), nn.ReLU(), nn.Linear(40, 10))
