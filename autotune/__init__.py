@@ -28,7 +28,7 @@ def load_records(path, task: Task | None = None) -> list[dict]:
 
 def best(task: Task, path=None) -> dict | None:
     """The best record of ``task`` in ``path`` (default: kiln's records file)."""
-    return _records.best(_records.load(path or _records.default_path(), task.key))
+    return _records.best(_records.load(_records.path_of(path), task.key))
 
 
 def apply_records(path) -> None:

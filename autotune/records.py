@@ -50,6 +50,11 @@ def default_path() -> Path:
     return kiln_config.cache_dir() / "tuning" / "records.jsonl"
 
 
+def path_of(records) -> Path:
+    """The records file a ``records=`` argument names: kiln's default file when none is given."""
+    return Path(records) if records else default_path()
+
+
 def task_json(workload: Workload, target_key: str) -> dict:
     """A record's task: the workload's JSON and the target."""
     return {**workload.json, "target": target_key}

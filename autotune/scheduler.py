@@ -32,7 +32,6 @@ from __future__ import annotations
 import math
 import time
 from dataclasses import dataclass, field
-from pathlib import Path
 from typing import Callable
 
 from ..errors import AttrError
@@ -118,7 +117,7 @@ class TaskScheduler:
             raise AttrError(f"got round_trials={round_trials}, patience={patience}, expected positive numbers",
                             op="tune", arg="round_trials")
         self.tasks, self.tuner, self.seed = list(tasks), tuner, seed
-        self.records = Path(records) if records else rec.default_path()
+        self.records = rec.path_of(records)
         self.round_trials, self.patience, self.alpha = round_trials, patience, alpha
         self.runner, self.builder = runner, builder
         self.tune_round = tune_round or self._tune_round

@@ -143,7 +143,7 @@ def tune(task: Task, trials: int = 64, tuner: str = "xgb", records: str | os.Pat
     if early_stopping is not None and early_stopping < 1:
         raise AttrError(f"got early_stopping={early_stopping}, expected a positive number of trials or None",
                         op="tune", arg="early_stopping")
-    path = Path(records) if records else rec.default_path()
+    path = rec.path_of(records)
     rec.prepare(path)
     if runner is not None and hasattr(runner, "check"):
         runner.check()
@@ -205,7 +205,7 @@ def confirm(task: Task, records: str | os.PathLike | None = None, first: dict | 
     none beat it), append the confirmed records to ``records`` and return
     them: what a model's tuning does for each task it measured, whose
     rounds are ``tune(confirm=False)`` calls."""
-    path = Path(records) if records else rec.default_path()
+    path = rec.path_of(records)
     space = Space(task)
     first = (space.check(first) if first else None) or dict(space.default)
     with _workers(task, runner, builder, "kiln-confirm-") as (runner, builder, folder, data):

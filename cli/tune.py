@@ -69,7 +69,7 @@ def run(args) -> int:
     try:
         return _run(args)
     except KeyboardInterrupt:  # each batch of measurements was appended as it ended: none is lost
-        print(f"kiln tune: interrupted; what was measured is in {args.records or rec.default_path()}: the same "
+        print(f"kiln tune: interrupted; what was measured is in {rec.path_of(args.records)}: the same "
               "command with --resume goes on from it without measuring it again", file=sys.stderr)
         return 130
 
@@ -200,7 +200,7 @@ def _print_summary(s: dict) -> None:
 def _plot(args, result) -> int:
     from ..autotune.plot import plot
 
-    path = args.records or rec.default_path()
+    path = rec.path_of(args.records)
     if result is None and not os.path.isfile(path):
         raise AttrError(f"no records file at {path} to plot", op="tune", arg="--records")
     recs = rec.load(path, result.task.key if result else None)

@@ -22,6 +22,7 @@ import sys
 
 import numpy as np
 
+from ..autotune.records import path_of
 from ..errors import AttrError
 
 #: the input of a zoo model tuned by name: one digits image
@@ -57,7 +58,7 @@ def load_model(name: str):
 
 
 def run(args) -> int:
-    from ..autotune import LocalRunner, apply_records, records
+    from ..autotune import LocalRunner, apply_records
     from ..autotune.model import model_times, tune_model
     from ..bench.machine import fma_peak
     from ..runtime.device import as_target
@@ -89,7 +90,7 @@ def run(args) -> int:
         apply_records(args.records)  # the tuned model is built from them (kiln's default file is always read)
     print("measuring the model untuned and tuned...", file=sys.stderr, flush=True)
     times = model_times(model, example, training=args.training, target=args.target)
-    summary = _summary(args, plan, times, fma_peak(args.target), str(args.records or records.default_path()))
+    summary = _summary(args, plan, times, fma_peak(args.target))
     print(json.dumps(summary) if args.json else _table(summary))
     return 0
 
@@ -110,7 +111,7 @@ def _clock(seconds: float) -> str:
     return f"{m}:{s:02d}"
 
 
-def _summary(args, plan, times: dict, peak_gflops: float, records: str) -> dict:
+def _summary(args, plan, times: dict, peak_gflops: float) -> dict:
     tasks = [{"task": name, "calls": s.calls, "trials": s.trials, "stopped": s.stopped or None,
               "confirmed": s.confirmed, "improved": s.improved,
               "default_ms": s.default_s * 1e3 if s.default_s < math.inf else None,
@@ -123,7 +124,7 @@ def _summary(args, plan, times: dict, peak_gflops: float, records: str) -> dict:
             "estimate_untuned_ms": plan.estimate_s(True) * 1e3, "estimate_tuned_ms": plan.estimate_s() * 1e3,
             "untuned_ms": times["untuned_s"] * 1e3, "tuned_ms": times["tuned_s"] * 1e3,
             "speedup": times["untuned_s"] / times["tuned_s"], "same_kernels": not any(t["improved"] for t in tasks),
-            "records": records, "default_records": not args.records, "tasks": tasks}
+            "records": str(path_of(args.records)), "default_records": not args.records, "tasks": tasks}
 
 
 def task_names(states) -> list[str]:
