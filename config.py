@@ -36,6 +36,15 @@
                       channels (``kiln/graph/winograd.py``; rounding of about
                       1e-6 to 1e-5 of the output where the direct kernel's is
                       1e-6); off keeps them direct.
+``KILN_CPU``          the LLVM name of the CPU that kernels are built for
+                      (``znver3``, ``skylake-avx512``, ``x86-64-v3``; default:
+                      the host's, detected). Kernels built for a CPU with
+                      features the host lacks compile but cannot run here:
+                      for building on one machine what runs on another, and
+                      for running the tests as another machine kind would
+                      (``KILN_CPU=znver3 pytest`` on an AVX-512 host builds
+                      and runs AVX2 code). Checked against LLVM's CPU list
+                      when the first CPU target is made.
 
 An empty variable counts as unset. A value outside these rules raises
 ``kiln.errors.ConfigError``, which names the variable, the value and what is
@@ -64,7 +73,7 @@ TRUE = ("1", "true", "yes", "on")
 FALSE = ("0", "false", "no", "off")
 # every variable read here: check() revalidates when one of them changes
 VARIABLES = ("KILN_CACHE_DIR", "KILN_DISK_CACHE", "KILN_NUM_THREADS", "TVM_NUM_THREADS", "KILN_ENGINE",
-             "KILN_KEEP_MEMORY", "KILN_CAPTURE", "KILN_WINOGRAD", "XDG_CACHE_HOME", "HOME")
+             "KILN_KEEP_MEMORY", "KILN_CAPTURE", "KILN_WINOGRAD", "KILN_CPU", "XDG_CACHE_HOME", "HOME")
 #: glibc mallopt parameters: freed blocks below this stay in the heap (the largest the allocator allows on
 #: 64-bit), and the heap's free top is returned to the system only above the trim threshold
 M_TRIM_THRESHOLD, M_MMAP_THRESHOLD = -1, -3
@@ -218,6 +227,17 @@ def cache_dir() -> Path:
         raise ConfigError("KILN_CACHE_DIR", "", "a directory (no home directory to default to)") from exc
 
 
+def cpu_name() -> str | None:
+    """``KILN_CPU``: the CPU name kernels are built for, or None for the host's.
+
+    Only its spelling is checked here (LLVM's list of CPU names is TVM's to
+    read: ``kiln.runtime.device.cpu`` checks the name against it)."""
+    value = _get("KILN_CPU")
+    if value is not None and not re.fullmatch(r"[a-z0-9][a-z0-9_.-]*", value):
+        raise ConfigError("KILN_CPU", value, "an LLVM CPU name such as znver3, skylake-avx512 or x86-64-v3")
+    return value
+
+
 def capture_enabled() -> bool:
     """``KILN_CAPTURE``: run an eager backward pass or optimizer step that
     repeats step after step as one compiled module call (``kiln/nn/capture.py``)."""
@@ -248,5 +268,6 @@ def check() -> None:
     capture_enabled()
     winograd()
     disk_cache_enabled()
+    cpu_name()
     cache_dir()
     _checked = snapshot

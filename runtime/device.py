@@ -12,11 +12,21 @@ from functools import cached_property, lru_cache
 import tvm
 from tvm.target import codegen
 
+from .. import config
 from ..config import num_threads
-from ..errors import TargetError
+from ..errors import ConfigError, TargetError
 from ..schedules.cuda.check import MAX_SHARED, MAX_THREADS
 
 CUDA_ARCHS = ("sm_70", "sm_75", "sm_80", "sm_86", "sm_89", "sm_90")
+#: the instruction-set features a kernel may use: a CPU runs a kernel built for
+#: another CPU when it has every one of these that the other has (LLVM's other
+#: features, e.g. ``fast-variable-perlane-shuffle``, only tune the code)
+ISA_FEATURES = ("sse4.2", "avx", "avx2", "fma", "f16c", "bmi", "bmi2", "avx512f", "avx512bw", "avx512dq",
+                "avx512vl", "avx512cd", "avx512vnni", "avxvnni", "avx512bf16", "avx512fp16", "avx512vbmi",
+                "amx-tile")
+#: a CPU of each x86 vector width, for building at the widths the host does not have
+#: (``vector_levels``): the AVX2 machine kind kiln runs on, and an AVX-512 one
+LEVEL_CPUS = {256: "znver3", 512: "znver4"}
 
 
 @dataclass(frozen=True)
@@ -58,6 +68,22 @@ class Target:
         bits = 8 if dtype == "bool" else int("".join(c for c in dtype if c.isdigit()) or 32)
         return max(1, self.vector_bits // bits)
 
+    @cached_property
+    def isa(self) -> frozenset:
+        """The ``ISA_FEATURES`` this target's code may use (empty for CUDA)."""
+        if self.kind != "cpu":
+            return frozenset()
+        return frozenset(codegen.llvm_get_cpu_features(self.tvm)) & frozenset(ISA_FEATURES)
+
+    @property
+    def runs_here(self) -> bool:
+        """Whether this machine can run the target's kernels: a CPU target whose
+        instruction sets the host has (an AVX-512 host runs AVX2 code), or a
+        CUDA target where a GPU is present."""
+        if self.kind != "cpu":
+            return present_arch() is not None
+        return self.isa <= host().isa
+
     @property
     def cores(self) -> int:
         return num_threads() if self.kind == "cpu" else 1
@@ -70,14 +96,40 @@ class Target:
         return self.key
 
 
-@lru_cache(maxsize=None)
 def cpu(mcpu: str | None = None) -> Target:
-    """The host CPU (its LLVM name detected), or the named ``mcpu``."""
-    name = mcpu or codegen.llvm_get_system_cpu()
+    """The CPU kernels are built for: the named ``mcpu``, else ``KILN_CPU``'s,
+    else the host's (its LLVM name detected)."""
+    if mcpu is None and config.cpu_name() is not None:
+        try:
+            return _cpu(config.cpu_name())
+        except TargetError as exc:
+            raise ConfigError("KILN_CPU", config.cpu_name(), "an LLVM CPU name such as znver3, skylake-avx512 "
+                                                             "or x86-64-v3") from exc
+    return _cpu(mcpu or codegen.llvm_get_system_cpu())
+
+
+@lru_cache(maxsize=None)
+def _cpu(name: str) -> Target:
     if name in ("native", "generic", ""):
         raise TargetError(f"got mcpu={name!r}, expected a CPU name such as 'znver3' (native builds generic code)",
                           arg="mcpu")
+    if not codegen.llvm_is_valid_cpu(name, codegen.llvm_get_system_triple()):
+        raise TargetError(f"got mcpu={name!r}, which LLVM does not know; expected a CPU name such as 'znver3', "
+                          f"'skylake-avx512' or 'x86-64-v3'", arg="mcpu")
     return Target("cpu", mcpu=name)
+
+
+def host() -> Target:
+    """The CPU this process runs on, whatever ``KILN_CPU`` says."""
+    return _cpu(codegen.llvm_get_system_cpu())
+
+
+def vector_levels() -> list[Target]:
+    """A CPU target of each x86 vector width (AVX2, AVX-512): ``cpu()``'s for its
+    own width, a ``LEVEL_CPUS`` stand-in for the others. ``runs_here`` tells
+    which of them this machine can also run (an AVX2 host only builds AVX-512 code)."""
+    own = cpu()
+    return [own] + [_cpu(name) for bits, name in LEVEL_CPUS.items() if bits != own.vector_bits]
 
 
 def present_arch() -> str | None:

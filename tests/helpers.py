@@ -211,3 +211,15 @@ def cli_error(capsys, argv, needle: str) -> str:
     assert err.startswith("kiln: error:") and needle in err, err
     assert "Traceback" not in err and err.count("\n") == 1, err
     return err
+
+
+def conv_blocks(x_shape, w_shape, padding=1) -> tuple[int, int]:
+    """(channel block, blocks) in which an exported NCHW conv2d with a constant
+    weight, direct or Winograd, writes its output on ``kiln.cpu()``: the rule
+    tests derive their expectations from (an AVX2 target's blocks are not an
+    AVX-512 one's)."""
+    from kiln.schedules.cpu.conv2d_defaults import packed_channels
+
+    workload = get_op("conv2d").check([x_shape, w_shape], attrs={"padding": padding})
+    block = packed_channels(workload, kiln.cpu())
+    return block, -(-w_shape[0] // block)

@@ -12,6 +12,8 @@ from kiln.graph.layout import CONVS, block_layouts
 from kiln.nn.train import build_model
 from kiln.runtime import Predictor
 
+from helpers import conv_blocks
+
 BATCHES = (1, 7, 64)
 
 
@@ -46,16 +48,22 @@ def test_the_cnn_carries_blocks_from_conv_to_conv_to_pooling(images, tmp_path):
     nn.init.manual_seed(0)
     model = build_model("cnn", (1, 8, 8), 10).eval()
     graph = _optimized(model, images)
-    # the second conv reads blocks and writes blocks (3x3 on a small map), pooled in its tasks; the first,
-    # computed in those tasks (graph.fuse), reads the NCHW input as it is and writes it blocks
-    assert _summary(graph) == [
-        ("conv2d_packed_add_relu_conv2d_winograd_add_relu_global_avg_pool2d", 16, True),
-        ("from_blocked", None, None),                # the one conversion: on the 1x1 pooled output
-        ("reshape", None, None), ("dense_packed", None, None)]
-    first = graph.nodes[0].prologue
+    # the second conv reads the first's blocks and writes blocks (3x3 on a small map), pooled in its tasks;
+    # the first reads the NCHW input as it is and writes it blocks, computed in the second's tasks where
+    # those write one channel block (graph.fuse.fuse_prologues: a task per image)
+    block, _ = conv_blocks((1, 1, 8, 8), (16, 1, 3, 3))
+    _, second_blocks = conv_blocks((1, 16, 8, 8), (32, 16, 3, 3))
+    convs = [("conv2d_packed_add_relu_conv2d_winograd_add_relu_global_avg_pool2d", block, True)]
+    if second_blocks > 1:
+        convs = [("conv2d_packed_add_relu", 0, True), ("conv2d_winograd_add_relu_global_avg_pool2d", block, True)]
+    assert _summary(graph) == [*convs,
+                               ("from_blocked", None, None),  # the one conversion: on the 1x1 pooled output
+                               ("reshape", None, None), ("dense_packed", None, None)]
+    winograd = graph.nodes[len(convs) - 1]
+    first = winograd.prologue or graph.nodes[0]
     assert (first.attrs["in_block"], first.attrs["out_block"]) == (0, True)
-    assert graph.nodes[0].inputs[0] is first.outputs[0] and len(first.outputs[0].shape) == 5
-    assert len(graph.nodes[0].outputs[0].shape) == 5
+    assert winograd.inputs[0] is first.outputs[0] and len(first.outputs[0].shape) == 5
+    assert len(winograd.outputs[0].shape) == 5
     _matches(model, images, tmp_path)
 
 

@@ -129,7 +129,7 @@ from ..config import Config
 from ..dispatch import NOT_APPLICABLE, NotApplicable, register_template
 from ..generic import schedule_injective
 from ..util import const_int, extent, find_block, work
-from .conv2d_defaults import (PAD_AT_COPIES, PHASED_TASK_MACS, default_task_rows, default_tiles, divisor_tile,
+from .conv2d_defaults import (PAD_AT_COPIES, PHASED_TASK_MACS, conv_tiles, default_task_rows, divisor_tile,
                               pad_copies, register_budget, task_row_choices)
 
 
@@ -155,18 +155,13 @@ def schedule_conv2d(sch, block, cfg: Config) -> NotApplicable | None:
     # a strided data gradient: a tile as wide as a multiple of the stride, so each column's phase (its
     # sub-kernel and its missing taps) is a constant of the unrolled micro-kernel, not computed per column
     phase_h, step = cfg.workload.attrs["stride"] if taps is not None else (1, 1)
-    oc_default, ow_default = default_tiles(o_ext, z_ext, lanes, budget, step)
     wl = cfg.workload
     if transposed:  # the padded taps' products left out: unroll the map
         skip = data_skips_padding(wl.shapes[0], wl.out_shapes[0], wl.shapes[1], wl.attrs["stride"],
                                   wl.attrs["padding"], wl.attrs["dilation"])
     else:
         skip = skips_padding(wl.attrs.get("layout", "NCHW"), wl.shapes[0], wl.out_shapes[0], wl.attrs["padding"])
-    # a tile as wide as the map: one copy of the kernel per row; not under a stride, where the row's 14
-    # broadcasts per weight vector ran slower than two vectors by 7 (ResNet-18's 128x28x28 -> 256 at batch 8)
-    if (skip and ow_default != z_ext and budget(1) >= z_ext and o_ext % lanes == 0
-            and tuple(wl.attrs["stride"]) == (1, 1)):
-        oc_default, ow_default = lanes, z_ext
+    oc_default, ow_default = conv_tiles(o_ext, z_ext, lanes, budget, step, skip, tuple(wl.attrs["stride"]))
     if packed:
         tile_oc = static(cfg.workload.shapes[1][4])
     else:
