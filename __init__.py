@@ -4,9 +4,16 @@ Operators are declared once (``kiln.te``), scheduled per target
 (``kiln.schedules``), compiled and cached (``kiln.runtime``); ``kiln.nn``
 trains models on the compiled kernels and ``kiln.export`` writes a trained
 model as one compiled module.
+
+``import kiln`` imports neither TVM nor PyTorch: every name below but the
+errors and the version loads on first use, so ``kiln --help`` answers at once
+and running an exported model (``kiln.runtime.Predictor``) never imports the
+training layer or the tuner.
 """
 import importlib
 
+from . import hooks as _hooks
+from . import tvm_import as _tvm_import
 from .config import configure_thread_pool as _configure_thread_pool
 from .version import __version__
 
@@ -14,10 +21,10 @@ from .version import __version__
 # before the first kernel starts it (an invalid setting is reported at first
 # use, not here: see kiln.config).
 _configure_thread_pool()
+_tvm_import.install()
 
-from . import errors, te  # noqa: E402
+from . import errors  # noqa: E402
 from .errors import KilnError  # noqa: E402
-from .runtime import build, cpu, cuda  # noqa: E402
 
 
 def _tuned_config(workload, target_key):
@@ -27,16 +34,15 @@ def _tuned_config(workload, target_key):
     return records.best_config(records.task_json(workload, target_key))
 
 
-from .runtime.build import add_config_source  # noqa: E402
+_hooks.config_sources.append(_tuned_config)
 
-add_config_source(_tuned_config)
-
-# The training layer and the tuner load on first use, so that running an
-# exported model (kiln.runtime.Predictor) never imports them.
-_LAZY = {"nn": ("kiln.nn", None), "optim": ("kiln.nn.optim", None), "data": ("kiln.nn.data", None),
+_LAZY = {"te": ("kiln.te", None), "build": ("kiln.runtime.build", "build"), "cpu": ("kiln.runtime.device", "cpu"),
+         "cuda": ("kiln.runtime.device", "cuda"),
+         "nn": ("kiln.nn", None), "optim": ("kiln.nn.optim", None), "data": ("kiln.nn.data", None),
          "Tensor": ("kiln.nn.tensor", "Tensor"), "no_grad": ("kiln.nn.tensor", "no_grad"),
          "manual_seed": ("kiln.nn.rng", "manual_seed"),
-         "export": ("kiln.graph.export", "export"), "compile": ("kiln.nn.compiled", "compile"), "autotune": ("kiln.autotune", None)}
+         "export": ("kiln.graph.export", "export"), "compile": ("kiln.nn.compiled", "compile"),
+         "autotune": ("kiln.autotune", None)}
 
 
 def __getattr__(name):
@@ -44,7 +50,13 @@ def __getattr__(name):
         raise AttributeError(f"module 'kiln' has no attribute {name!r}")
     module, attr = _LAZY[name]
     value = importlib.import_module(module)
-    return getattr(value, attr) if attr else value
+    value = getattr(value, attr) if attr else value
+    globals()[name] = value  # looked up once
+    return value
 
 
-__all__ = ["KilnError", "build", "cpu", "cuda", "errors", "te", "__version__", *_LAZY]
+def __dir__():
+    return sorted([*globals(), *_LAZY])
+
+
+__all__ = ["KilnError", "errors", "__version__", *_LAZY]

@@ -7,16 +7,19 @@ so adding a subcommand is adding one file. A ``KilnError`` becomes
 an invalid environment variable (``kiln.config``), checked before any
 subcommand runs. ``python -m kiln`` and ``python -m kiln.cli`` run ``main``
 too.
+
+Building the parser imports no TVM (nor PyTorch): a subcommand module imports
+what its command needs inside ``func``, so ``--help``, ``--version`` and usage
+errors answer at once (``tests/test_cli_startup.py``).
 """
 from __future__ import annotations
 
 import argparse
 import importlib
+import importlib.metadata
 import os
 import pkgutil
 import sys
-
-import tvm
 
 from .. import config
 from ..version import __version__
@@ -26,9 +29,21 @@ from .args import KilnArgumentParser
 HELPERS = {"args", "tune_model", "__main__"}  # modules of this package that are not subcommands
 
 
+def tvm_version() -> str:
+    """TVM's version, read from its installed metadata: every command builds
+    the parser, and importing TVM would add a second or more to ``kiln --help``.
+    A TVM built from source may have no such metadata; then it is imported."""
+    try:
+        return importlib.metadata.version("apache-tvm")
+    except importlib.metadata.PackageNotFoundError:
+        import tvm
+
+        return tvm.__version__
+
+
 def version_text() -> str:
     """``kiln <version> (TVM <version>)``, what ``kiln --version`` prints."""
-    return f"kiln {__version__} (TVM {tvm.__version__})"
+    return f"kiln {__version__} (TVM {tvm_version()})"
 
 
 def build_parser() -> argparse.ArgumentParser:

@@ -16,7 +16,6 @@ import math
 from typing import NoReturn
 
 from ..errors import AttrError, ShapeError
-from ..te import get_op
 
 INT64_MAX = 2 ** 63 - 1  # TVM indexes with int64: a larger dim or element count cannot be compiled
 
@@ -96,6 +95,8 @@ def parse_dims(op: str, text: str) -> tuple[int, ...]:
 
 
 def input_shapes(op_name: str, text: str | None) -> list[tuple[int, ...]]:
+    from ..te import get_op  # imports TVM: not at parser build time
+
     op = get_op(op_name)
     if text is None:
         raise ShapeError("missing, expected the input shapes, e.g. --shape 64x128,128", op=op.name, arg="--shape")

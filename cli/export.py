@@ -11,8 +11,6 @@ from __future__ import annotations
 
 import json
 
-import numpy as np
-
 from .args import add_records_argument, apply_records_arg
 
 
@@ -28,6 +26,8 @@ def register(subparsers) -> None:
 
 
 def run(args) -> int:
+    import numpy as np
+
     from ..nn.checkpoint import load_checkpoint
     from ..outputs import check_output_path
     from ..graph.export import export

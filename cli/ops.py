@@ -3,9 +3,6 @@ from __future__ import annotations
 
 import json
 
-from ..te import get_op, list_ops
-from ..te.attrs import REQUIRED
-
 
 def register(subparsers) -> None:
     parser = subparsers.add_parser("ops", help="list registered ops")
@@ -14,6 +11,9 @@ def register(subparsers) -> None:
 
 
 def describe(name: str) -> dict:
+    from ..te import get_op
+    from ..te.attrs import REQUIRED
+
     op = get_op(name)
     attrs = {k: ("required" if a.default is REQUIRED else a.default) for k, a in op.attrs.items()}
     return {"name": name, "family": op.family, "inputs": "variadic" if op.arity is None else op.arity,
@@ -21,6 +21,8 @@ def describe(name: str) -> dict:
 
 
 def run(args) -> int:
+    from ..te import list_ops
+
     rows = [describe(name) for name in list_ops()]
     if args.json:
         print(json.dumps({"ops": rows}))

@@ -6,10 +6,7 @@ import json
 import zipfile
 import zlib
 
-import numpy as np
-
 from ..errors import DataError
-from ..runtime.predictor import Predictor
 from .args import positive_int
 
 NPY_MAGIC, ZIP_MAGICS = b"\x93NUMPY", (b"PK\x03\x04", b"PK\x05\x06")
@@ -38,6 +35,8 @@ def register(subparsers) -> None:
 def read_input(path: str, key: str | None = None) -> np.ndarray:
     """The array in a .npy file, or array ``key`` of a .npz file (its only one
     when ``key`` is None). Raises ``DataError`` naming the file and the problem."""
+    import numpy as np
+
     def fail(problem: str) -> DataError:
         return DataError(f"{path}: {problem}", op="predict", arg="--input")
 
@@ -72,6 +71,10 @@ def read_input(path: str, key: str | None = None) -> np.ndarray:
 
 
 def run(args) -> int:
+    import numpy as np
+
+    from ..runtime.predictor import Predictor
+
     x = read_input(args.input, args.key)  # cheap, so a bad input is said before the model is loaded
     if args.profile:
         profile = Predictor(args.model).profile(x, repeat=args.repeat)

@@ -5,8 +5,6 @@ import json
 from dataclasses import asdict
 
 from ..errors import AttrError
-from ..runtime import build
-from ..schedules.cuda import check
 from .args import add_op_arguments, apply_records_arg, input_dtypes, input_shapes, parse_attrs
 
 
@@ -21,6 +19,8 @@ def register(subparsers) -> None:
 
 
 def run(args) -> int:
+    from ..runtime import build
+
     apply_records_arg(args)
     shapes = input_shapes(args.op, args.shape)
     kernel = build(args.op, shapes, input_dtypes(args.dtype, len(shapes)), parse_attrs(args.op, args.attr),
@@ -54,6 +54,8 @@ def run(args) -> int:
 
 
 def _traffic(kernel) -> dict:
+    from ..schedules.cuda import check
+
     if kernel.target.kind != "cuda":
         raise AttrError("the traffic model is for CUDA schedules: add --target cuda", op="show", arg="--traffic")
     mod = kernel.ir()

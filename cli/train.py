@@ -20,11 +20,8 @@ import threading
 import time
 from typing import Callable, Iterator
 
-import numpy as np
-
 from ..errors import DataError, OutputError
 from ..outputs import PLOT_HINT, atomic_path, check_output_path, check_plot_path
-from ..runtime import cache
 from .args import add_records_argument, apply_records_arg, positive_int, seed_int
 
 CLASSES = 10
@@ -99,10 +96,13 @@ def _datasets(args):
 
 
 def run(args) -> int:
+    import numpy as np
+
     from .. import nn
     from ..nn import data, train
     from ..nn.checkpoint import save_checkpoint
     from ..nn.data import check_labels
+    from ..runtime import cache
 
     check_outputs(args)
     apply_records_arg(args)
@@ -171,6 +171,8 @@ def run(args) -> int:
 
 def _export(model, test_set, path: str) -> dict:
     """Export, then check the module's predictions for 8 test images against the model's."""
+    import numpy as np
+
     from .. import nn
     from ..graph.export import export
     from ..runtime.predictor import Predictor
@@ -234,7 +236,7 @@ class CompileProgress:
 
     def __init__(self, count: Callable[[], int] | None = None, after: float = 3.0, every: float = 5.0,
                  quiet: float = 1.0, stream=None, poll: float = 0.25):
-        self.count = count or (lambda: cache.stats.compiled)
+        self.count = count or _compiled_count
         self.after, self.every, self.quiet, self.poll, self.stream = after, every, quiet, poll, stream
         self.lines: list[str] = []
         self._stop = threading.Event()
@@ -276,6 +278,13 @@ class CompileProgress:
         line = f"compiling kernels: {self._seen} done ({self._last_change - self._start:.1f} s)"
         self.lines.append(line)
         tqdm.write(line, file=self.stream or sys.stderr)  # above a progress bar, if one is drawn
+
+
+def _compiled_count() -> int:
+    """Kernels compiled so far: the kernel cache's count (a CompileProgress's default)."""
+    from ..runtime import cache
+
+    return cache.stats.compiled
 
 
 def _progress(epoch: int, total: int):

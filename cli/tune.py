@@ -16,9 +16,10 @@ from __future__ import annotations
 import json
 import os
 import sys
+from pathlib import Path
 
+from .. import config
 from ..errors import AttrError, TargetError
-from ..autotune import records as rec
 from ..outputs import check_plot_path
 from . import tune_model
 from .tune_model import duration
@@ -45,8 +46,8 @@ def register(subparsers) -> None:
                         help="how configs are chosen: xgb (an XGBoost cost model ranks candidates; default), "
                              "random draws, or grid (every config in order, the default first)")
     parser.add_argument("--records", metavar="FILE",
-                        help=f"JSON Lines records file to append to (default {rec.default_path()}, which kiln.build "
-                             "always reads; another file is used with kiln show/bench --records FILE)")
+                        help=f"JSON Lines records file to append to (default {default_records_path()}, which "
+                             "kiln.build always reads; another file is used with kiln show/bench --records FILE)")
     parser.add_argument("--resume", action="store_true", help="continue from the task's records, re-measuring none")
     parser.add_argument("--batch", type=positive_int, default=8,
                         help="configs built and measured per batch, and per round of a --model tune (default 8)")
@@ -65,10 +66,18 @@ def register(subparsers) -> None:
     parser.set_defaults(func=run)
 
 
+def default_records_path() -> Path:
+    """kiln's records file, ``kiln.autotune.records.default_path()``, named
+    here without importing that module (it imports TVM) for ``--records``'s help."""
+    return config.cache_dir() / "tuning" / "records.jsonl"
+
+
 def run(args) -> int:
     try:
         return _run(args)
     except KeyboardInterrupt:  # each batch of measurements was appended as it ended: none is lost
+        from ..autotune import records as rec
+
         print(f"kiln tune: interrupted; what was measured is in {rec.path_of(args.records)}: the same "
               "command with --resume goes on from it without measuring it again", file=sys.stderr)
         return 130
@@ -198,6 +207,7 @@ def _print_summary(s: dict) -> None:
 
 
 def _plot(args, result) -> int:
+    from ..autotune import records as rec
     from ..autotune.plot import plot
 
     path = rec.path_of(args.records)

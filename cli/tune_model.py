@@ -20,9 +20,6 @@ import math
 import re
 import sys
 
-import numpy as np
-
-from ..autotune.records import path_of
 from ..errors import AttrError
 
 #: the input of a zoo model tuned by name: one digits image
@@ -58,6 +55,8 @@ def load_model(name: str):
 
 
 def run(args) -> int:
+    import numpy as np
+
     from ..autotune import LocalRunner, apply_records
     from ..autotune.model import model_times, tune_model
     from ..bench.machine import fma_peak
@@ -112,6 +111,8 @@ def _clock(seconds: float) -> str:
 
 
 def _summary(args, plan, times: dict, peak_gflops: float) -> dict:
+    from ..autotune.records import path_of
+
     tasks = [{"task": name, "calls": s.calls, "trials": s.trials, "stopped": s.stopped or None,
               "confirmed": s.confirmed, "improved": s.improved,
               "default_ms": s.default_s * 1e3 if s.default_s < math.inf else None,

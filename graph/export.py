@@ -116,6 +116,8 @@ def export(model, example, path, dynamic_batch: bool = True, target=None, batche
     meta = {"format": FORMAT, "input_shape": [None if dynamic_batch and i == 0 else int(d)
                                               for i, d in enumerate(example.shape)],
             "input_dtype": str(example.dtype), "kiln": __version__, "tvm": tvm.__version__,
+            # the CPU the kernels were built for, and the instruction sets they may use (Predictor checks them)
+            "cpu": target.mcpu, "isa": sorted(target.isa),
             # the kernels read the input at any address its dtype allows (graph/align.py)
             "input_align": int(example.dtype.itemsize)}
     if batches is None:

@@ -15,6 +15,7 @@ from ..errors import KilnError
 from ..schedules import config_key
 from ..te import get_op
 from ..te.workload import Workload
+from .. import hooks
 from . import cache
 from .device import as_target
 from .kernel import Kernel
@@ -70,7 +71,6 @@ def build_workload(workload: Workload, target, config: Mapping | None = None) ->
     return cache.get(key, make, compile_new)
 
 
-_config_sources: list[Callable] = []
 _checked: dict[tuple, bool] = {}
 _scope = threading.local()  # .untuned: tuned configs are ignored in this thread
 
@@ -79,8 +79,8 @@ def add_config_source(source: Callable) -> None:
     """Where ``build`` looks for a tuned config when none is given:
     ``source(workload, target_key) -> config or None`` (kiln wires in the
     tuning records)."""
-    if source not in _config_sources:
-        _config_sources.append(source)
+    if source not in hooks.config_sources:
+        hooks.config_sources.append(source)
 
 
 def tuned_config(workload: Workload, target) -> dict:
@@ -89,7 +89,7 @@ def tuned_config(workload: Workload, target) -> dict:
     longer exist: it is skipped with a warning); ``{}`` inside ``untuned()``."""
     if getattr(_scope, "untuned", False):
         return {}
-    for source in _config_sources:
+    for source in hooks.config_sources:
         found = source(workload, target.key)
         if not found:
             continue

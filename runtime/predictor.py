@@ -24,6 +24,7 @@ from tvm_ffi import from_dlpack
 
 from .. import config
 from ..errors import AttrError, DTypeError, ExportError, ShapeError, tvm_message
+from .device import host
 from .elf import elf_problem
 from .replay import record
 
@@ -140,6 +141,11 @@ class Predictor:
         if self.meta.get("format") != FORMAT:
             raise ExportError(f"{self.path} has format {self.meta.get('format')!r}, expected {FORMAT!r}",
                               op="Predictor", arg="path")
+        missing = sorted(set(self.meta.get("isa", ())) - host().isa)
+        if missing:  # calling it would die of an illegal instruction
+            raise ExportError(f"{self.path} was built for {self.meta.get('cpu')}, whose {', '.join(missing)} this "
+                              f"CPU ({host().mcpu}) lacks: export it again on this machine, or with "
+                              f"KILN_CPU={host().mcpu}", op="Predictor", arg="path")
         self.input_shape = tuple(self.meta["input_shape"])
         self.input_dtype = self.meta["input_dtype"]
         if None in self.input_shape[1:]:

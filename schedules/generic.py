@@ -353,6 +353,11 @@ def schedule_auto(sch, block, cfg: Config) -> None:
     take prefixes. So a kernel with an epilogue declares the knobs of its op
     alone, and a config tuned on the op alone applies to it."""
     all_blocks = blocks(sch)
+    for b in all_blocks:
+        # a 0-d stage after a reduction (a mean's division) gets a loop of one: beside a block with no loop
+        # at all, TVM's rfactor fails (softmax_cross_entropy's row slices, a mean's vector partials)
+        if not sch.get_loops(b) and not is_reduction(sch, b):
+            sch.add_unit_loop(b)
     names = [block_name(sch, b) for b in all_blocks]
     own = names.index(block_name(sch, block)) + 1
     chain = [block]  # the block and the consumers it may be inlined into, in turn

@@ -167,10 +167,9 @@ class SoftmaxCrossEntropy(Op):
             labels[i] == tirx.Cast(dtype_of(labels), rc), logits[i, rc], tirx.const(0, dt)), axis=rc), name="picked",
             tag="softmax")
         rn = te.reduce_axis((0, n), "rn")
-        # the mean as one reduction of the rows' losses over n, with no 0-d stage after it: beside such a
-        # stage TVM cannot rfactor the row reductions (their vector slices, for 8 classes or more)
-        return te.compute((), lambda: te.sum((mx[rn, 0] + tirx.log(total[rn, 0]) - picked[rn]) / tirx.Cast(dt, n),
-                                             axis=rn), name=self.name, tag=self.family)
+        loss = te.compute((), lambda: te.sum(mx[rn, 0] + tirx.log(total[rn, 0]) - picked[rn], axis=rn),
+                          name="loss_sum", tag="softmax")
+        return te.compute((), lambda: loss() / tirx.Cast(dt, n), name=self.name, tag=self.family)
 
     def reference(self, logits, labels):
         logp = LogSoftmax.reference(self, logits, 1)

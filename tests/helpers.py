@@ -85,12 +85,15 @@ def assert_close(got, want, dtype: str, what: str = "") -> None:
 
 
 def check_forward(case: Case, seed: int = 0, target=None) -> None:
-    """Compile the op, run it, compare with its numpy reference (values, shape, dtype)."""
+    """Compile the op, run it, compare with its numpy reference (values, shape, dtype);
+    for a ``target`` this host cannot run, compile it only."""
     op = get_op(case.op)
     rng = np.random.default_rng(seed)
     dtypes = case.dtype_list()
     arrays = random_inputs(case, rng, dtypes)
     kernel = kiln.build(case.op, case.shapes, dtypes, case.attrs, target=target)
+    if target is not None and not target.runs_here:
+        return  # a CPU this host cannot run (AVX-512 on an AVX2 host): that it compiles is the check
     got = as_list(kernel(*arrays))
     want = as_list(op.reference(*arrays, **op.parse_attrs(case.attrs)))
     workload = op.check(case.shapes, dtypes, case.attrs)

@@ -14,10 +14,9 @@ import kiln
 from kiln.te import get_op
 
 from cases import CASES
-from devices import needs_gpu
+from devices import TARGETS
 from helpers import NO_CUDA_TEMPLATE, as_list, assert_close, has_cuda_template, random_inputs
 
-TARGETS = [pytest.param(kiln.cpu(), id="cpu"), pytest.param(kiln.cuda(), id="cuda", marks=needs_gpu)]
 
 FLOATS = ("float32", "float64")
 SPECIALS = {"nan": np.nan, "+inf": np.inf, "-inf": -np.inf}
@@ -59,6 +58,8 @@ def test_nan_and_inf_match_numpy(target, case):
         pytest.skip(NO_CUDA_TEMPLATE)
     dtypes = case.dtype_list()
     kernel = kiln.build(case.op, case.shapes, dtypes, case.attrs, target=target)
+    if not target.runs_here:
+        return  # this host only compiles that width's kernels (tests/devices.py)
     attrs = op.parse_attrs(case.attrs)
     rng = np.random.default_rng(0)
     base = random_inputs(case, rng, dtypes)

@@ -9,11 +9,10 @@ import kiln
 from kiln.te import get_op, list_ops
 
 from cases import CASES
-from devices import needs_gpu
+from devices import TARGETS
 from helpers import NO_CUDA_TEMPLATE, check_forward, gradient_check, has_cuda_template
 
 GRAD_CASES = [c for c in CASES if c.grad and get_op(c.op).differentiable]
-TARGETS = [pytest.param(kiln.cpu(), id="cpu"), pytest.param(kiln.cuda(), id="cuda", marks=needs_gpu)]
 
 
 def test_every_op_has_cases():
