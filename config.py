@@ -238,6 +238,11 @@ def cpu_name() -> str | None:
     return value
 
 
+def records_path() -> Path:
+    """kiln's tuning records file: ``tuning/records.jsonl`` under ``cache_dir()``."""
+    return cache_dir() / "tuning" / "records.jsonl"
+
+
 def capture_enabled() -> bool:
     """``KILN_CAPTURE``: run an eager backward pass or optimizer step that
     repeats step after step as one compiled module call (``kiln/nn/capture.py``)."""

@@ -47,7 +47,7 @@ _warned: set[tuple] = set()  # (path, size, bad lines) of the files whose torn l
 
 
 def default_path() -> Path:
-    return kiln_config.cache_dir() / "tuning" / "records.jsonl"
+    return kiln_config.records_path()
 
 
 def path_of(records) -> Path:

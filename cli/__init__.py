@@ -8,9 +8,9 @@ an invalid environment variable (``kiln.config``), checked before any
 subcommand runs. ``python -m kiln`` and ``python -m kiln.cli`` run ``main``
 too.
 
-Building the parser imports no TVM (nor PyTorch): a subcommand module imports
-what its command needs inside ``func``, so ``--help``, ``--version`` and usage
-errors answer at once (``tests/test_cli_startup.py``).
+Building the parser imports neither TVM, PyTorch nor numpy: a subcommand
+module imports what its command needs inside ``func``, so ``--help``,
+``--version`` and usage errors answer at once (``tests/test_cli_startup.py``).
 """
 from __future__ import annotations
 

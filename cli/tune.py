@@ -16,7 +16,6 @@ from __future__ import annotations
 import json
 import os
 import sys
-from pathlib import Path
 
 from .. import config
 from ..errors import AttrError, TargetError
@@ -46,7 +45,7 @@ def register(subparsers) -> None:
                         help="how configs are chosen: xgb (an XGBoost cost model ranks candidates; default), "
                              "random draws, or grid (every config in order, the default first)")
     parser.add_argument("--records", metavar="FILE",
-                        help=f"JSON Lines records file to append to (default {default_records_path()}, which "
+                        help=f"JSON Lines records file to append to (default {config.records_path()}, which "
                              "kiln.build always reads; another file is used with kiln show/bench --records FILE)")
     parser.add_argument("--resume", action="store_true", help="continue from the task's records, re-measuring none")
     parser.add_argument("--batch", type=positive_int, default=8,
@@ -64,12 +63,6 @@ def register(subparsers) -> None:
                         help="write best-speed-vs-trials curves of the records (needs matplotlib: the plot extra)")
     parser.add_argument("--json", action="store_true", help="print the summary as one JSON object")
     parser.set_defaults(func=run)
-
-
-def default_records_path() -> Path:
-    """kiln's records file, ``kiln.autotune.records.default_path()``, named
-    here without importing that module (it imports TVM) for ``--records``'s help."""
-    return config.cache_dir() / "tuning" / "records.jsonl"
 
 
 def run(args) -> int:

@@ -11,15 +11,16 @@ import threading
 import warnings
 from typing import Callable, Mapping, Sequence
 
-from ..errors import KilnError
+from ..errors import BuildError, KilnError, ShapeError
 from ..schedules import config_key
 from ..te import get_op
+from ..te.shapes import shape_str
 from ..te.workload import Workload
 from .. import hooks
 from . import cache
 from .device import as_target
 from .kernel import Kernel
-from .lower import compile_lowered, lower
+from .lower import compile_lowered, lower, past_int32
 
 
 def build(op, shapes: Sequence, dtypes: Sequence[str] | str | None = None, attrs: Mapping | None = None,
@@ -62,8 +63,15 @@ def build_workload(workload: Workload, target, config: Mapping | None = None) ->
         return Kernel(workload, target, values, module, relower)
 
     def compile_new():
-        lowered = relower()
-        executable = compile_lowered(workload, lowered, target)
+        try:
+            lowered = relower()
+            executable = compile_lowered(workload, lowered, target)
+        except BuildError as exc:
+            if not past_int32(workload):
+                raise
+            raise ShapeError(f"got {', '.join(shape_str(s) for s in workload.shapes)}: a tensor of more than "
+                             "2**31 - 1 elements, which this op cannot be built for with 64-bit indices; split the "
+                             "work into tensors below that size", op=workload.op.name, arg="shapes") from exc
         kernel = make(executable.mod)
         kernel.__dict__["_lowered"] = lowered  # already at hand: keep it
         return kernel, executable if target.kind == "cpu" else None

@@ -31,7 +31,10 @@ class Lowered:
 def declare(workload: Workload):
     """Placeholders and the op's output tensors, checked against its rules."""
     op = workload.op
-    inputs = [te.placeholder(s, d, name=f"x{i}") for i, (s, d) in enumerate(zip(workload.shapes, workload.dtypes))]
+    shapes = workload.shapes
+    if past_int32(workload):  # every index in int64: TVM types a static dim below 2**31 as int32
+        shapes = [tuple(tvm.tirx.IntImm("int64", d) if isinstance(d, int) else d for d in s) for s in shapes]
+    inputs = [te.placeholder(s, d, name=f"x{i}") for i, (s, d) in enumerate(zip(shapes, workload.dtypes))]
     try:
         outs = op.compute(*inputs, **workload.attrs)
     except KilnError:
@@ -45,6 +48,25 @@ def declare(workload: Workload):
             raise ShapeError(f"compute made output {i} {shape_str(got)}:{t.dtype} but infer_shape/infer_dtype "
                              f"say {shape_str(s)}:{d}", op=op.name, arg="compute")
     return inputs, outs
+
+
+#: the most elements a tensor indexed with int32 may have
+INT32_ELEMENTS = 2**31 - 1
+
+
+def past_int32(workload: Workload) -> bool:
+    """Whether a tensor of the workload has more elements than an int32 index
+    reaches: then its kernel is declared with int64 dims, and one that TVM
+    cannot build so is a ShapeError naming the shapes (``build_workload``;
+    TVM 0.27 cannot ``fuse`` loops past int32, nor compile some ops' int32
+    loops: the generic injective template, the data-dependent ops)."""
+    for shape in (*workload.shapes, *workload.out_shapes):
+        total = 1
+        for d in shape:
+            total *= d if isinstance(d, int) else 1
+        if total > INT32_ELEMENTS:
+            return True
+    return False
 
 
 def lower(workload: Workload, target, config=None) -> Lowered:

@@ -65,7 +65,8 @@ def static(dim):
     return dim
 
 
-#: the largest dim, and the most elements of one tensor: TVM indexes with int64.
+#: the largest dim, and the most elements of one tensor (past 2**31 - 1 elements a kernel indexes with int64:
+#: ``kiln.runtime.lower``).
 INT64_MAX = 2**63 - 1
 
 

@@ -153,3 +153,46 @@ def test_joining_0d_inputs_matches_numpy(op):
             kiln.build(op, [(), ()])
         return
     np.testing.assert_array_equal(kiln.build(op, [(), ()])(np.asarray(a), np.asarray(b)), want)
+
+
+def _past_int32(case: Case) -> Case | None:
+    """``case`` with its first input's first dim grown (in every input that
+    shares it) until that input has more than 2**31 - 1 elements; None where
+    the op's rules refuse it."""
+    shape = case.shapes[0] if case.shapes else ()
+    if not shape or not all(isinstance(d, int) and d > 0 for d in shape):
+        return None
+    rest = int(np.prod(shape[1:], dtype=np.int64))
+    grown = 2**31 // rest + 1
+    shapes = [(grown, *s[1:]) if len(s) and s[0] == shape[0] else s for s in case.shapes]
+    try:
+        get_op(case.op).check(shapes, case.dtype_list(), case.attrs)
+    except KilnError:
+        return None
+    return Case(case.op, shapes, case.dtypes, case.attrs)
+
+
+@pytest.mark.parametrize("name", sorted(FIRST))
+def test_past_int32_indices_every_op_builds_with_int64_or_refuses_clearly(name):
+    """A tensor of more than 2**31 - 1 elements: the kernel is declared with
+    int64 dims (kiln.runtime.lower) and builds, or is refused with a
+    ShapeError naming the limit, never TVM's overflow text. Compiled only."""
+    case = _past_int32(FIRST[name])
+    if case is None:
+        pytest.skip(f"{name}'s shape rules tie its first dim to its attributes")
+    try:
+        kiln.build(case.op, case.shapes, case.dtype_list(), case.attrs)
+    except ShapeError as exc:
+        assert "2**31 - 1 elements" in str(exc) and "Check failed" not in str(exc)
+
+
+@pytest.mark.parametrize("op, shapes", [
+    ("add", [(2,) * 32] * 2),  # 2**32 elements: TVM's int32 literal overflowed
+    ("add", [(2,) * 33] * 2),  # 2**33: its index split divided by zero
+    ("matmul", [(256, 256, 256, 256), (256, 256)]),
+])
+def test_the_reported_past_int32_shapes(op, shapes):
+    try:
+        kiln.build(op, shapes)
+    except ShapeError as exc:
+        assert "2**31 - 1 elements" in str(exc) and "Check failed" not in str(exc)
