@@ -105,7 +105,7 @@ def cpu(mcpu: str | None = None) -> Target:
         except TargetError as exc:
             raise ConfigError("KILN_CPU", config.cpu_name(), "an LLVM CPU name such as znver3, skylake-avx512 "
                                                              "or x86-64-v3") from exc
-    return _cpu(mcpu or codegen.llvm_get_system_cpu())
+    return _cpu(mcpu or str(codegen.llvm_get_system_cpu()))
 
 
 @lru_cache(maxsize=None)
@@ -121,7 +121,7 @@ def _cpu(name: str) -> Target:
 
 def host() -> Target:
     """The CPU this process runs on, whatever ``KILN_CPU`` says."""
-    return _cpu(codegen.llvm_get_system_cpu())
+    return _cpu(str(codegen.llvm_get_system_cpu()))
 
 
 def vector_levels() -> list[Target]:

@@ -4,6 +4,12 @@ dtypes follow numpy on Linux: ``sum`` of int32 is int64, ``mean`` of ints is
 float64, ``max`` keeps the dtype. ``max`` over a zero-length axis is an error,
 as in numpy; ``sum`` over one is 0. NaN propagates through all four (``max``
 of a slice holding NaN is NaN, as ``np.max``).
+
+float32 sums accumulate in float64 (``accumulator``) and round once at the
+end: a float32 accumulator loses about one bit per doubling of the terms it
+adds in a row, where numpy adds pairwise; in float64 the error over 1e4-1e7
+terms is float32's last rounding (``benchmarks/reduction_accuracy.py``
+measures both and the speed).
 """
 from __future__ import annotations
 
@@ -20,6 +26,11 @@ REDUCE_ATTRS = {
     "axis": A.Attr(A.axes, default=None, doc="axes to reduce (None: all)"),
     "keepdims": A.Attr(A.boolean, default=False, doc="keep reduced axes as size 1"),
 }
+
+
+def accumulator(dtype: str) -> str:
+    """The dtype a sum of ``dtype`` terms accumulates in: float64 for float32."""
+    return "float64" if dtype == "float32" else dtype
 
 
 def reduced_shape(shape, axes, keepdims):
@@ -83,8 +94,15 @@ class Sum(Reduction):
     def compute(self, x, axis, keepdims):
         out_shape, raxes, index = self.reduce_loops(x, axis, keepdims)
         dt = self.infer_dtype(dtype_of(x), axis, keepdims)
-        return te.compute(out_shape, lambda *i: te.sum(x(*index(i)).astype(dt), axis=raxes) if raxes
-                          else x(*index(i)).astype(dt), name=self.name, tag=self.family)
+        if not raxes:
+            return te.compute(out_shape, lambda *i: x(*index(i)).astype(dt), name=self.name, tag=self.family)
+        acc = accumulator(dt)
+        if acc == dt:
+            return te.compute(out_shape, lambda *i: te.sum(x(*index(i)).astype(dt), axis=raxes), name=self.name,
+                              tag=self.family)
+        total = te.compute(out_shape, lambda *i: te.sum(x(*index(i)).astype(acc), axis=raxes), name="sum_acc",
+                           tag=self.family)
+        return te.compute(out_shape, lambda *i: total(*i).astype(dt), name=self.name, tag=self.family)
 
     def reference(self, x, axis, keepdims):
         return np.sum(x, axis=axis, keepdims=keepdims)
@@ -132,11 +150,13 @@ class Mean(Reduction):
         count = size([shape[a] for a in self.axes_of(shape, axis)])
         dt = self.infer_dtype(dtype_of(x), axis, keepdims)
         out_shape, raxes, index = self.reduce_loops(x, axis, keepdims)
-        acc = te.compute(out_shape, lambda *i: te.sum(x(*index(i)).astype(dt), axis=raxes) if raxes
-                         else x(*index(i)).astype(dt), name="mean_sum", tag=self.family)
+        ad = accumulator(dt)
+        acc = te.compute(out_shape, lambda *i: te.sum(x(*index(i)).astype(ad), axis=raxes) if raxes
+                         else x(*index(i)).astype(ad), name="mean_sum", tag=self.family)
         if is_static(count) and static(count) == 0:  # the mean of nothing is NaN, as numpy's
             return te.compute(out_shape, lambda *i: tirx.const(float("nan"), dt), name=self.name, tag=self.family)
-        return te.compute(out_shape, lambda *i: acc(*i) / tirx.Cast(dt, count), name=self.name, tag=self.family)
+        return te.compute(out_shape, lambda *i: (acc(*i) / tirx.Cast(ad, count)).astype(dt), name=self.name,
+                          tag=self.family)
 
     def reference(self, x, axis, keepdims):
         return np.mean(x, axis=axis, keepdims=keepdims)
@@ -171,9 +191,11 @@ class LogSumExp(Reduction):
         def shift(*i):
             return tirx.Select(tirx.isfinite(mx(*i)), mx(*i), tirx.const(0, dt))
 
-        total = te.compute(out_shape, lambda *i: te.sum(fastmath.exp(x(*index2(i)).astype(dt) - shift(*i)), axis=raxes2),
-                           name="lse_sum", tag=self.family)
-        return te.compute(out_shape, lambda *i: tirx.log(total(*i)) + shift(*i), name=self.name, tag=self.family)
+        ad = accumulator(dt)
+        total = te.compute(out_shape, lambda *i: te.sum(fastmath.exp(x(*index2(i)).astype(dt) - shift(*i)).astype(ad),
+                                                        axis=raxes2), name="lse_sum", tag=self.family)
+        return te.compute(out_shape, lambda *i: tirx.log(total(*i)).astype(dt) + shift(*i), name=self.name,
+                          tag=self.family)
 
     def reference(self, x, axis, keepdims):
         x = x.astype(float_of(str(x.dtype)))

@@ -14,6 +14,7 @@ from ..errors import DTypeError, ShapeError
 from . import attrs as A
 from . import fastmath, nanmath
 from .oprefs import op_ref
+from .reduction import accumulator
 from .registry import Op, register
 from .shapes import FLOATS, INTS, dtype_of, normalize_axis, same_dim, shape_str, size, static
 
@@ -167,9 +168,10 @@ class SoftmaxCrossEntropy(Op):
             labels[i] == tirx.Cast(dtype_of(labels), rc), logits[i, rc], tirx.const(0, dt)), axis=rc), name="picked",
             tag="softmax")
         rn = te.reduce_axis((0, n), "rn")
-        loss = te.compute((), lambda: te.sum(mx[rn, 0] + tirx.log(total[rn, 0]) - picked[rn], axis=rn),
+        acc = accumulator(dt)  # the batch's losses summed in float64 (te/reduction.py)
+        loss = te.compute((), lambda: te.sum((mx[rn, 0] + tirx.log(total[rn, 0]) - picked[rn]).astype(acc), axis=rn),
                           name="loss_sum", tag="softmax")
-        return te.compute((), lambda: loss() / tirx.Cast(dt, n), name=self.name, tag=self.family)
+        return te.compute((), lambda: (loss() / tirx.Cast(acc, n)).astype(dt), name=self.name, tag=self.family)
 
     def reference(self, logits, labels):
         logp = LogSoftmax.reference(self, logits, 1)

@@ -12,6 +12,7 @@ from kiln.graph.layout import CONVS, block_layouts
 from kiln.nn.train import build_model
 from kiln.runtime import Predictor
 
+from devices import cpu_level  # noqa: F401 - a fixture
 from helpers import conv_blocks
 
 BATCHES = (1, 7, 64)
@@ -44,7 +45,7 @@ def images():
     return np.random.default_rng(0).standard_normal((64, 1, 8, 8)).astype("float32")
 
 
-def test_the_cnn_carries_blocks_from_conv_to_conv_to_pooling(images, tmp_path):
+def test_the_cnn_carries_blocks_from_conv_to_conv_to_pooling(images, tmp_path, cpu_level):
     nn.init.manual_seed(0)
     model = build_model("cnn", (1, 8, 8), 10).eval()
     graph = _optimized(model, images)

@@ -10,6 +10,7 @@ from kiln.nn import modules as M
 from kiln.nn.train import MODELS, build_model
 from kiln.nn.zoo import BasicBlock
 
+from devices import cpu_level  # noqa: F401 - a fixture
 from helpers import conv_blocks
 
 IMAGE = (1, 8, 8)  # the digits
@@ -57,7 +58,7 @@ def test_the_zoo_refuses_unknown_names_and_flat_inputs_for_image_models():
     assert info.value.arg == "in_shape"
 
 
-def test_exported_resnet_folds_its_batchnorms_fuses_its_adds_and_matches_its_eval_forward(tmp_path):
+def test_exported_resnet_folds_its_batchnorms_fuses_its_adds_and_matches_its_eval_forward(tmp_path, cpu_level):
     from kiln.graph.export import export, optimize
     from kiln.graph.trace import trace
 
