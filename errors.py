@@ -1,7 +1,8 @@
 """kiln's exceptions.
 
 Every public entry point validates its input and raises one of these, naming the
-op, the argument, what was given and what was expected. Nothing from TVM's C++
+op (or the object, function or file that is not an op: ``where=``), the
+argument, what was given and what was expected. Nothing from TVM's C++
 side is allowed to reach a user as a raw traceback: the runtime wraps it in
 ``BuildError`` or ``KernelRuntimeError``.
 """
@@ -11,15 +12,19 @@ from __future__ import annotations
 class KilnError(Exception):
     """Base class of every error kiln raises on purpose."""
 
-    def __init__(self, message: str, *, op: str | None = None, arg: str | None = None):
+    def __init__(self, message: str, *, op: str | None = None, arg: str | None = None, where: str | None = None):
+        """``op`` names a registered operator only (``exc.op`` means the
+        operator); ``where`` names anything else the error is about, as it is
+        to read in front of the message: ``"Predictor"``, ``"dataset 'mnist'"``."""
         self.op = op
         self.arg = arg
-        where = []
+        self.where = where
+        parts = [] if where is None else [where]
         if op is not None:
-            where.append(f"op '{op}'")
+            parts.append(f"op '{op}'")
         if arg is not None:
-            where.append(f"argument '{arg}'")
-        prefix = ", ".join(where)
+            parts.append(f"argument '{arg}'")
+        prefix = ", ".join(parts)
         super().__init__(f"{prefix}: {message}" if prefix else message)
 
 

@@ -19,7 +19,8 @@ OBJECTIVES = {"rank": "rank:pairwise", "reg": "reg:squarederror"}
 class CostModel:
     def __init__(self, objective: str = "rank", seed: int = 0, rounds: int = 60):
         if objective not in OBJECTIVES:
-            raise AttrError(f"got {objective!r}, expected one of {sorted(OBJECTIVES)}", op="tune", arg="objective")
+            raise AttrError(f"got {objective!r}, expected one of {sorted(OBJECTIVES)}", where="CostModel",
+                            arg="objective")
         self.objective, self.seed, self.rounds = objective, seed, rounds
         self.names: list[str] = []
         self.booster = None

@@ -63,7 +63,7 @@ def extract(model, example, training: bool = False, target=None, optimizer=None,
     example = np.asarray(example.numpy() if hasattr(example, "numpy") else example)
     if example.ndim == 0 or example.shape[0] < 1:
         raise ShapeError(f"got an example of shape {example.shape}, expected a batch of at least one",
-                         op="extract", arg="example")
+                         where="extract", arg="example")
     target = as_target(target)
     if training:
         graph = _training_graph(model, example, target, optimizer, loss_fn, labels)
@@ -103,7 +103,7 @@ def _training_graph(model, example, target, optimizer, loss_fn, labels):
     from ..nn.modules import SoftmaxLoss
 
     if not hasattr(model, "parameters"):
-        raise AttrError(f"got {type(model).__name__}, expected a kiln.nn.Module to train", op="extract",
+        raise AttrError(f"got {type(model).__name__}, expected a kiln.nn.Module to train", where="extract",
                         arg="model")
     optimizer = optimizer or optim.Adam(model.parameters())
     loss_fn = loss_fn or SoftmaxLoss()

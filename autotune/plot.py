@@ -22,8 +22,7 @@ def _pyplot():
         matplotlib.use("Agg")
         import matplotlib.pyplot as plt
     except ImportError as exc:
-        raise KilnError(f"plotting needs matplotlib (the 'plot' extra): {INSTALL_HINT}", op="tune",
-                        arg="--plot") from exc
+        raise KilnError(f"plotting needs matplotlib (the 'plot' extra): {INSTALL_HINT}", arg="--plot") from exc
     return plt
 
 
@@ -62,7 +61,7 @@ def plot(records: list[dict], out: str | Path) -> Path:
     plt = _pyplot()
     lines = curves(records)
     if not lines:
-        raise KilnError("no records to plot", op="tune", arg="--records")
+        raise KilnError("no records to plot", arg="--records")
     units = sorted({unit for unit, _ in lines.values()})
     fig, ax = plt.subplots(figsize=(7, 4.5))
     for (name, tuner, run), (unit, curve) in sorted(lines.items()):
@@ -80,7 +79,7 @@ def plot(records: list[dict], out: str | Path) -> Path:
         with atomic_path(out) as tmp:  # the temporary name has no suffix: say the type
             fig.savefig(tmp, dpi=110, format=out.suffix.lstrip(".").lower())
     except ValueError as exc:
-        raise KilnError(f"cannot write {out}: {exc}", op="tune", arg="--plot") from exc
+        raise KilnError(f"cannot write {out}: {exc}", arg="--plot") from exc
     finally:
         plt.close(fig)
     return out

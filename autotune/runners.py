@@ -224,7 +224,7 @@ class RPCRunner(LocalRunner):
         when every device of the key is busy (trials wait for one)."""
         problem, busy = self._problem()
         if problem:
-            raise KilnError(problem, op="tune", arg="rpc")
+            raise KilnError(problem, where="RPCRunner", arg="rpc")
         if busy:
             import warnings
 

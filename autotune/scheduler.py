@@ -111,11 +111,11 @@ class TaskScheduler:
                  seed: int = 0, runner=None, builder=None, alpha: float = 0.2,
                  tune_round: Callable | None = None, confirm_round: Callable | None = None):
         if not tasks:
-            raise AttrError("got no tasks, expected the tasks of a model (kiln.autotune.extract)", op="tune",
-                            arg="tasks")
+            raise AttrError("got no tasks, expected the tasks of a model (kiln.autotune.extract)",
+                            where="TaskScheduler", arg="tasks")
         if round_trials < 1 or patience < 1:
             raise AttrError(f"got round_trials={round_trials}, patience={patience}, expected positive numbers",
-                            op="tune", arg="round_trials")
+                            where="TaskScheduler", arg="round_trials")
         self.tasks, self.tuner, self.seed = list(tasks), tuner, seed
         self.records = rec.path_of(records)
         self.round_trials, self.patience, self.alpha = round_trials, patience, alpha
@@ -130,10 +130,11 @@ class TaskScheduler:
         already holds for the tasks are built on, never measured again;
         ``resume`` (continuing a killed run) counts them among the trials."""
         if trials is None and budget_s is None:
-            raise AttrError("got neither a trial count nor a time budget, expected one", op="tune", arg="trials")
-        if (trials is not None and trials < 1) or (budget_s is not None and budget_s <= 0):
-            raise AttrError(f"got trials={trials}, budget_s={budget_s}, expected positive numbers", op="tune",
+            raise AttrError("got neither a trial count nor a time budget, expected one", where="TaskScheduler.run",
                             arg="trials")
+        if (trials is not None and trials < 1) or (budget_s is not None and budget_s <= 0):
+            raise AttrError(f"got trials={trials}, budget_s={budget_s}, expected positive numbers",
+                            where="TaskScheduler.run", arg="trials")
         rec.prepare(self.records)  # an unwritable records file is said before the first round
         plan = Schedule([TaskState(t) for t in self.tasks], budget_s=budget_s, trial_budget=trials)
         for state in plan.states:  # a task's records are never measured again; with resume they count

@@ -88,6 +88,8 @@ class TuneResult:
     elapsed_s: float
     tuner: str
     default_config: dict     # measured first: the template's default, or the start it was given
+    stopped: str | None = None  # why fewer trials ran than asked: "space" (all its configs measured), "early_stopping"
+    configs: int = 0         # distinct configs measured, resumed ones included: all of the space's where "space"
 
     @property
     def best(self) -> dict | None:
@@ -133,16 +135,16 @@ def tune(task: Task, trials: int = 64, tuner: str = "xgb", records: str | os.Pat
         configs and the first, interleaved (see the module docstring)
     """
     if tuner not in TUNERS:
-        raise AttrError(f"got {tuner!r}, expected one of {sorted(TUNERS)}", op="tune", arg="tuner")
+        raise AttrError(f"got {tuner!r}, expected one of {sorted(TUNERS)}", where="tune", arg="tuner")
     if trials < 1 or batch_size < 1:
-        raise AttrError(f"got trials={trials}, batch_size={batch_size}, expected positive numbers", op="tune",
+        raise AttrError(f"got trials={trials}, batch_size={batch_size}, expected positive numbers", where="tune",
                         arg="trials")
     if new_trials is not None and new_trials < 1:
-        raise AttrError(f"got new_trials={new_trials}, expected a positive number or None", op="tune",
+        raise AttrError(f"got new_trials={new_trials}, expected a positive number or None", where="tune",
                         arg="new_trials")
     if early_stopping is not None and early_stopping < 1:
         raise AttrError(f"got early_stopping={early_stopping}, expected a positive number of trials or None",
-                        op="tune", arg="early_stopping")
+                        where="tune", arg="early_stopping")
     path = rec.path_of(records)
     rec.prepare(path)
     if runner is not None and hasattr(runner, "check"):
@@ -161,14 +163,18 @@ def tune(task: Task, trials: int = 64, tuner: str = "xgb", records: str | os.Pat
     if new_trials is not None:
         trials = min(trials, len(search.visited) + new_trials)
     progress = Progress(task, trials, done=len(search.visited), resumed=len(search.visited))
-    progress.best_s = min((r["result"]["median_s"] for r in prior if rec.is_ok(r)), default=float("inf"))
-    session, since_best = [], 0
+    # the fastest trial: a confirmation's re-timing is not a trial (nor in the plot's curves)
+    progress.best_s = min((r["result"]["median_s"] for r in prior if rec.is_ok(r) and not rec.is_confirmed(r)),
+                          default=float("inf"))
+    session, since_best, stopped = [], 0, None
     with _workers(task, runner, builder, "kiln-tune-") as (runner, builder, folder, data):
         while progress.done < trials:
             n = min(batch_size, trials - progress.done)
-            batch = _with_first(search, first, n) if progress.done == 0 else search.next_batch(n)
+            batch = _with_first(search, first, n) if progress.done == 0 else \
+                search.next_batch(n) or search.leftovers(n)
             if not batch:
-                break  # the space is exhausted
+                stopped = "space"
+                break
             batch_records = _measure(task, space, batch, builder, runner, folder, data,
                                      {"tuner": tuner, "run": run_id, "seed": seed}, first_trial=progress.done)
             rec.append(path, batch_records)  # flushed before the next batch starts
@@ -186,7 +192,8 @@ def tune(task: Task, trials: int = 64, tuner: str = "xgb", records: str | os.Pat
                 progress.default_s = batch_records[0]["result"]["median_s"]
             if callback:
                 callback(progress)
-            if early_stopping and since_best >= early_stopping:
+            if early_stopping and since_best >= early_stopping and progress.done < trials:
+                stopped = "early_stopping"
                 break
         if confirm and session:
             confirmed = _confirm(task, prior + session, first, builder, runner, folder, data,
@@ -194,7 +201,8 @@ def tune(task: Task, trials: int = 64, tuner: str = "xgb", records: str | os.Pat
             rec.append(path, confirmed)
             session += confirmed
     measured = sum(1 for r in session if not rec.is_confirmed(r))
-    return TuneResult(task, path, prior + session, measured, progress.elapsed, tuner, first)
+    return TuneResult(task, path, prior + session, measured, progress.elapsed, tuner, first, stopped,
+                      len(search.visited))
 
 
 def confirm(task: Task, records: str | os.PathLike | None = None, first: dict | None = None, runner=None,

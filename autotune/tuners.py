@@ -17,6 +17,8 @@ config).
 """
 from __future__ import annotations
 
+import itertools
+
 import numpy as np
 
 from ..schedules import config_key
@@ -43,6 +45,13 @@ class Tuner:
             self.visited.add(config_key(c))
             self.configs.append(c)
             self.scores.append(float(s))
+
+    def leftovers(self, n: int) -> list[dict]:
+        """Up to ``n`` valid configs not visited yet, in grid order: where a
+        tuner's draws find none (they can miss the last few configs of a small
+        space), what is left; none means every config of the space was visited."""
+        taken: set = set()
+        return list(itertools.islice((c for c in self.space.grid() if self._fresh(c, taken)), n))
 
     def _fresh(self, config: dict | None, taken: set) -> bool:
         key = config_key(config) if config is not None else None

@@ -3,6 +3,8 @@ references (numpy/OpenBLAS at full speed, PyTorch, ONNX Runtime), measured in
 the same run, warmed up, interleaved, with the spread."""
 from __future__ import annotations
 
+import shlex
+
 from ..errors import AttrError, KilnError
 from .args import add_op_arguments, apply_records_arg, input_dtypes, input_shapes, parse_attrs, positive_int
 
@@ -83,12 +85,17 @@ def _run_suites(args) -> int:
     markdown_path = _output_path(args.markdown, "--markdown") if args.markdown else None
     plot_path = _output_path(args.plot, "--plot") if args.plot else None
     result = suites.run(names, quick=args.quick, repeat=args.repeat)
-    command = "kiln bench --suite " + ",".join(names) + (" --quick" if args.quick else "") + \
-        (f" --repeat {args.repeat}" if args.repeat else "") + (f" --markdown {args.markdown}" if args.markdown else "")
-    text = report.markdown(result, command)
+    text = report.markdown(result, _command(names, args))
     if markdown_path:
         report.write_file(markdown_path, text)
     if plot_path:
         report.plot(result, plot_path)
     print(report.to_json(result) if args.json else text)
     return 0
+
+
+def _command(names: list[str], args) -> str:
+    """The command line that ran the suites, as the report shows it: one a shell can run again."""
+    return "kiln bench --suite " + ",".join(names) + (" --quick" if args.quick else "") + \
+        (f" --repeat {args.repeat}" if args.repeat else "") + \
+        (f" --markdown {shlex.quote(args.markdown)}" if args.markdown else "")

@@ -27,9 +27,16 @@ def run(args) -> int:
     if args.json:
         print(json.dumps({"ops": rows}))
         return 0
-    print(f"{'op':<24}{'family':<12}{'inputs':<9}{'grad':<6}attrs")
-    for r in rows:
-        attrs = ", ".join(f"{k}={v}" for k, v in r["attrs"].items())
-        print(f"{r['name']:<24}{r['family']:<12}{str(r['inputs']):<9}{'yes' if r['differentiable'] else 'no':<6}{attrs}")
+    header = ("op", "family", "inputs", "grad", "attrs")
+    lines = [(r["name"], r["family"], str(r["inputs"]), "yes" if r["differentiable"] else "no",
+              ", ".join(f"{k}={v}" for k, v in r["attrs"].items())) for r in rows]
+    print(_table([header, *lines]))
     print(f"\n{len(rows)} ops")
     return 0
+
+
+def _table(lines: list[tuple[str, ...]], gap: int = 2) -> str:
+    """``lines`` as left-aligned columns, each as wide as its widest entry plus
+    ``gap`` (the last unpadded): a long name never runs into the next column."""
+    widths = [max(len(cells[i]) for cells in lines) + gap for i in range(len(lines[0]) - 1)]
+    return "\n".join(("".join(f"{c:<{w}}" for c, w in zip(cells, widths)) + cells[-1]).rstrip() for cells in lines)

@@ -38,7 +38,7 @@ def read_input(path: str, key: str | None = None) -> np.ndarray:
     import numpy as np
 
     def fail(problem: str) -> DataError:
-        return DataError(f"{path}: {problem}", op="predict", arg="--input")
+        return DataError(f"{path}: {problem}", arg="--input")
 
     try:
         with open(path, "rb") as f:

@@ -57,6 +57,6 @@ def _traffic(kernel) -> dict:
     from ..schedules.cuda import check
 
     if kernel.target.kind != "cuda":
-        raise AttrError("the traffic model is for CUDA schedules: add --target cuda", op="show", arg="--traffic")
+        raise AttrError("the traffic model is for CUDA schedules: add --target cuda", arg="--traffic")
     mod = kernel.ir()
     return {"kernels": [asdict(k) for k in check.resources(mod)], "traffic": check.traffic(mod)}

@@ -111,7 +111,7 @@ def run(args) -> int:
     train_set, test_set = _datasets(args)
     for name, dataset in (("training", train_set), ("test", test_set)):
         if len(dataset) == 0:
-            raise DataError(f"the {name} set of {args.dataset} is empty", op="train", arg="--dataset")
+            raise DataError(f"the {name} set of {args.dataset} is empty", arg="--dataset")
         labels = train.dataset_labels(dataset)
         if labels is not None:
             check_labels(labels, CLASSES, f"train ({args.dataset} {name} set)")

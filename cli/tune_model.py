@@ -18,6 +18,7 @@ from __future__ import annotations
 import json
 import math
 import re
+import shlex
 import sys
 
 from ..errors import AttrError
@@ -47,7 +48,7 @@ def load_model(name: str):
         return build_model(name, ZOO_SHAPE, classes=10), ZOO_SHAPE
     if not name.endswith(".npz"):
         raise AttrError(f"got {name!r}, expected a zoo model ({', '.join(MODELS)}) or a checkpoint MODEL.npz "
-                        "written by kiln train --save", op="tune", arg="--model")
+                        "written by kiln train --save", arg="--model")
     from ..nn.checkpoint import load_checkpoint
 
     model, spec = load_checkpoint(name)
@@ -63,25 +64,29 @@ def run(args) -> int:
     from ..runtime.device import as_target
 
     if args.op is not None or args.shape is not None:
-        raise AttrError("got an op with --model, expected one or the other", op="tune", arg="--model")
+        raise AttrError("got an op with --model, expected one or the other", arg="--model")
     if args.trials is None and args.budget is None:
         raise AttrError("got neither --trials nor --budget, expected the budget of the model's tuning "
-                        "(e.g. --budget 10m)", op="tune", arg="--budget")
+                        "(e.g. --budget 10m)", arg="--budget")
     if args.rpc:
         raise AttrError("got --rpc with --model, expected local measurement (tune a model's tasks over RPC one "
-                        "op at a time)", op="tune", arg="--rpc")
+                        "op at a time)", arg="--rpc")
     if as_target(args.target).kind != "cpu":
         raise AttrError(f"got --target {args.target} with --model, expected cpu: the model is measured as it is "
-                        "exported and trained, on the CPU (CUDA kernels are tuned one op at a time)", op="tune",
-                        arg="--target")
+                        "exported and trained, on the CPU (CUDA kernels are tuned one op at a time)", arg="--target")
     model, shape = load_model(args.model)
     example = np.zeros((args.batch_size, *shape), "float32")
     runner = LocalRunner(timeout=args.timeout)
-    line = None if args.json else _progress
+
+    def progress(plan) -> None:
+        args.measured = plan.measured  # what an interrupt says (cli/tune.py)
+        if not args.json:
+            _progress(plan)
+
     try:
         plan = tune_model(model, example, training=args.training, trials=args.trials, budget_s=args.budget,
                           records=args.records, resume=args.resume, tuner=args.tuner, seed=args.seed,
-                          runner=runner, callback=line, target=args.target, round_trials=args.batch,
+                          runner=runner, callback=progress, target=args.target, round_trials=args.batch,
                           patience=args.early_stopping or 32)
     finally:
         runner.close()
@@ -175,6 +180,7 @@ def _table(s: dict) -> str:
         lines.append(f"  records {s['records']}  (kiln's default records: kiln export, kiln train and kiln.build "
                      "use the tuned configs from now on)")
     else:
-        lines.append(f"  records {s['records']}  (use them with kiln export/train --records {s['records']}, or "
-                     f"kiln.autotune.apply_records({s['records']!r}) before kiln.export or kiln.compile)")
+        lines.append(f"  records {s['records']}  (use them with kiln export/train --records "
+                     f"{shlex.quote(s['records'])}, or kiln.autotune.apply_records({s['records']!r}) before "
+                     "kiln.export or kiln.compile)")
     return "\n".join(lines)

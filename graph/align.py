@@ -59,7 +59,7 @@ def unaligned(func: tvm.tirx.PrimFunc, indices: list[int]) -> tvm.tirx.PrimFunc:
         parsed = tvm.script.from_source(text)
     except Exception as exc:  # noqa: BLE001 - a parse failure is a bug to report with its cause
         raise ExportError(f"could not relax the input alignment of a kernel: {tvm_message(exc, 200)}",
-                          op="export", arg="model") from exc
+                          where="kiln.export", arg="model") from exc
     return parsed if isinstance(parsed, tvm.tirx.PrimFunc) else parsed["main"]
 
 

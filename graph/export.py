@@ -105,12 +105,12 @@ def export(model, example, path, dynamic_batch: bool = True, target=None, batche
     path = check_output_path(path, "path")
     example = np.asarray(example.numpy() if hasattr(example, "numpy") else example)
     if example.ndim == 0:
-        raise ExportError("got a 0-d example, expected a batch", op="export", arg="example")
+        raise ExportError("got a 0-d example, expected a batch", where="kiln.export", arg="example")
     target = as_target(target)
     if target.kind != "cpu":
         raise ExportError(f"got target {target.kind}, expected the CPU: an exported module runs on the CPU "
                           "(Predictor); CUDA kernels are built and tuned one op at a time (kiln.build, kiln tune OP "
-                          "--target cuda)", op="export", arg="target")
+                          "--target cuda)", where="kiln.export", arg="target")
     batches = None if batches is None else _check_batches(batches)
     graph = inference_graph(model, example, target, dynamic_batch)
     meta = {"format": FORMAT, "input_shape": [None if dynamic_batch and i == 0 else int(d)
@@ -165,7 +165,7 @@ def _check_batches(batches) -> tuple:
     except TypeError:
         batches = None
     if batches is None or not all(type(b) is int and b >= 1 for b in batches) or len(set(batches)) != len(batches):
-        raise ExportError(f"got {batches!r}, expected distinct batch sizes >= 1", op="export", arg="batches")
+        raise ExportError(f"got {batches!r}, expected distinct batch sizes >= 1", where="kiln.export", arg="batches")
     return batches
 
 
@@ -180,6 +180,6 @@ def compile_module(mod, target):
     except KilnError:
         raise
     except Exception as exc:  # noqa: BLE001 - TVM's compile errors are C++ tracebacks
-        raise ExportError(f"TVM could not compile the model: {tvm_message(exc, 300)}", op="export",
+        raise ExportError(f"TVM could not compile the model: {tvm_message(exc, 300)}", where="kiln.export",
                           arg="model") from exc
     return executable

@@ -17,6 +17,7 @@ from __future__ import annotations
 import numpy as np
 
 from ..runtime.build import build
+from ..runtime.device import host
 from ..te import get_op
 from .ir import Graph, Node, Value
 
@@ -24,8 +25,10 @@ AFFINE = ("add", "subtract", "multiply", "divide")
 
 
 def evaluate(op: str, *arrays: np.ndarray, **attrs) -> np.ndarray:
-    """``op(*arrays)`` computed by its compiled kernel (constants only)."""
-    kernel = build(op, [a.shape for a in arrays], [str(a.dtype) for a in arrays], attrs)
+    """``op(*arrays)`` computed by its compiled kernel (constants only), on
+    this machine's CPU whatever the export targets (``KILN_CPU`` may name a
+    CPU this one cannot run)."""
+    kernel = build(op, [a.shape for a in arrays], [str(a.dtype) for a in arrays], attrs, target=host())
     return kernel(*arrays)
 
 

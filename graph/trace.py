@@ -67,6 +67,6 @@ def trace(model, example: np.ndarray, dynamic_batch: bool = True) -> Graph:
     out = model(_Symbol(tracer, x))
     if not isinstance(out, _Symbol):
         raise ExportError("the model's forward must return one tensor computed from its input",
-                          op="export", arg="model")
+                          where="kiln.export", arg="model")
     tracer.graph.outputs.append(out.value)
     return tracer.graph

@@ -102,6 +102,7 @@ def load_checkpoint(path, model: M.Module | None = None) -> tuple[M.Module, dict
 
     path = Path(path)
     state, spec = read_checkpoint(path)
+    given = model is not None
     if model is None:
         if spec.get("model") not in MODELS:
             raise CheckpointError(
@@ -121,10 +122,27 @@ def load_checkpoint(path, model: M.Module | None = None) -> tuple[M.Module, dict
     try:
         model.load_state_dict(state)
     except KilnError as exc:
-        raise CheckpointError(f"{path} does not fit {type(model).__name__}"
-                              f"{' ' + repr(spec['model']) if 'model' in spec else ''}: {exc}") from None
+        raise CheckpointError(f"{_misfit(path, spec, model, given)}: {exc}") from None
     model.eval()
     return model, spec
+
+
+def _misfit(path: Path, spec: dict, model: M.Module, given: bool) -> str:
+    """What does not fit what, where a checkpoint cannot be loaded into
+    ``model``: the spec names the model the weights were saved from, which
+    need not be the model given (``given``), so the two are named apart."""
+    target = f"the model given, a {_kind(model)}" if given else \
+        f"model {spec['model']!r} as kiln builds it, a {_kind(model)}"
+    if "model" not in spec:
+        return f"{path} holds weights that do not fit {target}"
+    return f"{path} holds weights saved from model {spec['model']!r}; they do not fit {target}"
+
+
+def _kind(model: M.Module) -> str:
+    """A model's class, with its layers' for a ``Sequential``: ``Sequential(Flatten, Linear, ReLU, Linear)``."""
+    if isinstance(model, M.Sequential):
+        return f"{type(model).__name__}({', '.join(type(m).__name__ for m in model.modules)})"
+    return type(model).__name__
 
 
 def _named_from_positions(model, state: dict) -> dict:

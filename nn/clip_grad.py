@@ -38,10 +38,10 @@ def clip_grad_norm_(parameters: Tensor | Iterable[Tensor], max_norm: float, norm
     """
     params = [parameters] if isinstance(parameters, Tensor) else list(parameters)
     if not isinstance(max_norm, numbers.Real) or isinstance(max_norm, bool) or not max_norm >= 0:
-        raise AttrError(f"got {max_norm!r}, expected a number >= 0", op="clip_grad_norm_", arg="max_norm")
+        raise AttrError(f"got {max_norm!r}, expected a number >= 0", where="clip_grad_norm_", arg="max_norm")
     p = float("inf") if norm_type in ("inf", float("inf")) else norm_type
     if not isinstance(p, numbers.Real) or isinstance(p, bool) or not p > 0:
-        raise AttrError(f"got {norm_type!r}, expected a number > 0 or inf", op="clip_grad_norm_", arg="norm_type")
+        raise AttrError(f"got {norm_type!r}, expected a number > 0 or inf", where="clip_grad_norm_", arg="norm_type")
     grads = [t.grad for t in params if t.grad is not None]
     if not grads:
         return Tensor(np.zeros((), "float32"))

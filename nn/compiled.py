@@ -144,9 +144,9 @@ class Compiled:
 
     def __init__(self, fn, optimizer=None, target=None, winograd: bool | None = None):
         if not callable(fn):
-            raise AttrError(f"got {type(fn).__name__}, expected a callable", op="compile", arg="fn")
+            raise AttrError(f"got {type(fn).__name__}, expected a callable", where="kiln.compile", arg="fn")
         if optimizer is not None and not hasattr(optimizer, "plan_step"):
-            raise AttrError(f"got {type(optimizer).__name__}, expected a kiln.optim optimizer", op="compile",
+            raise AttrError(f"got {type(optimizer).__name__}, expected a kiln.optim optimizer", where="kiln.compile",
                             arg="optimizer")
         self.fn, self.optimizer, self.target, self.winograd = fn, optimizer, target, winograd
         self._steps: dict = {}
@@ -178,10 +178,10 @@ class Compiled:
         results = [out] if self._single else list(out) if isinstance(out, (tuple, list)) else None
         if not results or not all(isinstance(r, Tensor) for r in results):
             raise AttrError(f"the function returned {type(out).__name__}, expected a Tensor or a tuple of Tensors",
-                            op="compile", arg="fn")
+                            where="kiln.compile", arg="fn")
         if self.optimizer is not None and results[0].shape != ():
             raise ShapeError(f"the function's first result has shape {results[0].shape}, expected the 0-d loss "
-                             "the optimizer steps on", op="compile", arg="fn")
+                             "the optimizer steps on", where="kiln.compile", arg="fn")
         return results
 
     def _eager(self, tensors, recorder=None) -> tuple[list, dict, dict]:
@@ -214,7 +214,7 @@ class Compiled:
         recorded = self._record(tensors)[0]
         if recorded.problem is not None:
             raise BuildError(f"{getattr(self.fn, '__name__', 'the function')} cannot be compiled: "
-                               f"{recorded.problem}", op="compile", arg="fn")
+                               f"{recorded.problem}", where="kiln.compile", arg="fn")
         return optimize_step(recorded.graph, self.target, self.winograd)
 
     def _record(self, tensors):

@@ -11,12 +11,13 @@ from ..runtime import engine
 from . import rng
 
 
-def check_labels(labels, classes, op: str) -> np.ndarray:
-    """Integer class ``labels`` as a numpy array, refused (naming ``op``) unless
+def check_labels(labels, classes, where: str) -> np.ndarray:
+    """Integer class ``labels`` as a numpy array, refused (naming ``where``: the caller) unless
     every one lies in ``[0, classes)``; ``classes`` None (unknown) skips the range."""
     values = np.asarray(labels)
     if values.dtype.kind not in "iu":
-        raise DTypeError(f"got labels of dtype {values.dtype}, expected integer class indices", op=op, arg="labels")
+        raise DTypeError(f"got labels of dtype {values.dtype}, expected integer class indices", where=where,
+                         arg="labels")
     if values.size and classes is not None:
         outside = (values < 0) | (values >= classes)
         if outside.any():
@@ -24,7 +25,7 @@ def check_labels(labels, classes, op: str) -> np.ndarray:
             shown = ", ".join(str(int(v)) for v in bad[:10]) + (f", ... ({len(bad)} values)" if len(bad) > 10 else "")
             count = int(outside.sum())
             raise DataError(f"got labels {shown} ({count} sample{'s' if count != 1 else ''}), expected class "
-                            f"indices in [0, {classes}) for {classes} classes", op=op, arg="labels")
+                            f"indices in [0, {classes}) for {classes} classes", where=where, arg="labels")
     return values
 
 
@@ -50,7 +51,7 @@ class NDArrayDataset(Dataset):
     def __init__(self, *arrays, transforms=None):
         super().__init__(transforms)
         if not arrays or any(len(a) != len(arrays[0]) for a in arrays):
-            raise AttrError("expected one or more arrays of the same length", op="NDArrayDataset", arg="arrays")
+            raise AttrError("expected one or more arrays of the same length", where="NDArrayDataset", arg="arrays")
         self.arrays = arrays
 
     def __len__(self) -> int:
@@ -98,7 +99,7 @@ class DataLoader:
 
     def __init__(self, dataset, batch_size=1, shuffle=False, drop_last=False, seed=None):
         if not isinstance(batch_size, int) or batch_size < 1:
-            raise AttrError(f"got {batch_size!r}, expected an integer >= 1", op="DataLoader", arg="batch_size")
+            raise AttrError(f"got {batch_size!r}, expected an integer >= 1", where="DataLoader", arg="batch_size")
         self.dataset, self.batch_size, self.shuffle, self.drop_last = dataset, batch_size, shuffle, drop_last
         self.rng = _own_generator(seed)
 
@@ -143,7 +144,7 @@ def digits(split="train", flatten=True):
     from sklearn.datasets import load_digits
 
     if split not in ("train", "test"):
-        raise AttrError(f"got {split!r}, expected 'train' or 'test'", op="digits", arg="split")
+        raise AttrError(f"got {split!r}, expected 'train' or 'test'", where="dataset 'digits'", arg="split")
     raw = load_digits()
     images = (raw.images / 16.0).astype("float32")
     labels = raw.target.astype("int32")
@@ -173,20 +174,20 @@ def parse_idx(path) -> np.ndarray:
     try:
         raw = gzip.decompress(path.read_bytes()) if path.suffix == ".gz" else path.read_bytes()
     except (OSError, EOFError) as exc:
-        raise DataError(f"cannot read {path}: {exc}", op="parse_idx", arg="path") from exc
+        raise DataError(f"cannot read {path}: {exc}", where="dataset 'mnist'", arg="path") from exc
     if len(raw) < 8:
-        raise DataError(f"{path} is {len(raw)} bytes, too short for an IDX header", op="parse_idx", arg="path")
+        raise DataError(f"{path} is {len(raw)} bytes, too short for an IDX header", where="dataset 'mnist'", arg="path")
     magic = int.from_bytes(raw[:4], "big")
     if magic not in IDX_MAGIC:
         raise DataError(f"{path} has magic number {magic}, expected 2051 (images) or 2049 (labels)",
-                        op="parse_idx", arg="path")
+                        where="dataset 'mnist'", arg="path")
     ndim = IDX_MAGIC[magic]
     header = 4 + 4 * ndim
     dims = tuple(int.from_bytes(raw[4 + 4 * i: 8 + 4 * i], "big") for i in range(ndim))
     expected = header + int(np.prod(dims))
     if len(raw) != expected:
         raise DataError(f"{path} holds {len(raw)} bytes, its header {dims} says {expected}: truncated or padded",
-                        op="parse_idx", arg="path")
+                        where="dataset 'mnist'", arg="path")
     return np.frombuffer(raw, dtype=np.uint8, offset=header).reshape(dims)
 
 
@@ -196,19 +197,19 @@ def mnist(data_dir, split="train", flatten=True):
     from pathlib import Path
 
     if split not in IDX_FILES:
-        raise AttrError(f"got {split!r}, expected 'train' or 'test'", op="mnist", arg="split")
+        raise AttrError(f"got {split!r}, expected 'train' or 'test'", where="dataset 'mnist'", arg="split")
     if data_dir is None:
-        raise DataError("needs --data-dir, a folder with the MNIST IDX files", op="mnist", arg="data_dir")
+        raise DataError("needs --data-dir, a folder with the MNIST IDX files", where="dataset 'mnist'", arg="data_dir")
     found = []
     for name in IDX_FILES[split]:
         candidates = [Path(data_dir) / name, Path(data_dir) / (name + ".gz")]
         path = next((c for c in candidates if c.is_file()), None)
         if path is None:
-            raise DataError(f"no {name} or {name}.gz in {data_dir}", op="mnist", arg="data_dir")
+            raise DataError(f"no {name} or {name}.gz in {data_dir}", where="dataset 'mnist'", arg="data_dir")
         found.append(parse_idx(path))
     images, labels = found
     if images.ndim != 3 or labels.ndim != 1 or len(images) != len(labels):
-        raise DataError(f"{len(images)} images but {len(labels)} labels", op="mnist", arg="data_dir")
+        raise DataError(f"{len(images)} images but {len(labels)} labels", where="dataset 'mnist'", arg="data_dir")
     x = images.astype("float32") / 255.0
     x = x.reshape(len(x), -1) if flatten else x[:, None]
     return NDArrayDataset(x, labels.astype("int32"))

@@ -167,7 +167,7 @@ def dropout(x, p: float = 0.5, training: bool = True):
     ``1 / (1 - p)`` while ``training``; the mask comes from the seeded family
     (``kiln.manual_seed``)."""
     if not isinstance(p, numbers.Real) or isinstance(p, bool) or not 0 <= p <= 1:
-        raise AttrError(f"got {p!r}, expected a probability in [0, 1]", op="dropout", arg="p")
+        raise AttrError(f"got {p!r}, expected a probability in [0, 1]", where="dropout", arg="p")
     if not training or p == 0:
         return x
     if p == 1:
@@ -199,11 +199,11 @@ def cross_entropy(logits, labels):
     return call("softmax_cross_entropy", logits, _host_labels(labels, classes, "cross_entropy"))
 
 
-def _host_labels(labels, classes, op: str):
+def _host_labels(labels, classes, where: str):
     """``labels`` as a kiln value, checked against ``classes`` where the values are known."""
     if isinstance(labels, ValueOps) and not isinstance(labels, Tensor):
         return labels
-    values = check_labels(labels.numpy() if isinstance(labels, Tensor) else labels, classes, op)
+    values = check_labels(labels.numpy() if isinstance(labels, Tensor) else labels, classes, where)
     return labels if isinstance(labels, Tensor) else Tensor(values.astype("int32"))
 
 

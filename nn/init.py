@@ -31,12 +31,12 @@ def _gen(generator_):
     return generator_ if generator_ is not None else rng.generator()
 
 
-def _shape(op: str, shape: tuple) -> tuple:
+def _shape(fn: str, shape: tuple) -> tuple:
     """``*shape`` as needle passes it, or one tuple as PyTorch allows."""
     if len(shape) == 1 and isinstance(shape[0], (tuple, list)):
         shape = tuple(shape[0])
     if not all(isinstance(d, numbers.Integral) and not isinstance(d, bool) and d >= 0 for d in shape):
-        raise AttrError(f"got {shape!r}, expected non-negative integer dims", op=f"init.{op}", arg="shape")
+        raise AttrError(f"got {shape!r}, expected non-negative integer dims", where=f"init.{fn}", arg="shape")
     return tuple(int(d) for d in shape)
 
 
@@ -89,7 +89,8 @@ def one_hot(n: int, labels, device=None, dtype="float32", requires_grad=False):
 
 def _gain(nonlinearity: str) -> float:
     if nonlinearity not in GAINS:
-        raise AttrError(f"got {nonlinearity!r}, expected one of {sorted(GAINS)}", op="init", arg="nonlinearity")
+        raise AttrError(f"got {nonlinearity!r}, expected one of {sorted(GAINS)}", where="kaiming init",
+                        arg="nonlinearity")
     return GAINS[nonlinearity]
 
 

@@ -132,7 +132,7 @@ class Module:
         """
         owner = f"{type(self).__name__}.load_state_dict"
         if not hasattr(state, "keys"):
-            raise AttrError(f"got {type(state).__name__}, expected a mapping of names to arrays", op=owner,
+            raise AttrError(f"got {type(state).__name__}, expected a mapping of names to arrays", where=owner,
                             arg="state")
         own = list(_named_tensors(self))
         names = {name for name, _ in own}
@@ -162,7 +162,7 @@ class Module:
             error = ShapeError if len(problems) == 1 and shapes else AttrError
             raise error("; ".join(problems) + (" (strict=False ignores missing and unexpected names)"
                                                if strict and (missing or unexpected) else ""),
-                        op=owner, arg="state")
+                        where=owner, arg="state")
         for name, t in own:
             if name in values:
                 t.data = values[name].astype(t.dtype, copy=False)
@@ -308,7 +308,7 @@ class _BatchNorm(Module):
 
     def forward(self, x):
         if x.shape[1] != self.dim:
-            raise ShapeError(f"got {x.shape}, expected {self.dim} features on axis 1", op=type(self).__name__,
+            raise ShapeError(f"got {x.shape}, expected {self.dim} features on axis 1", where=type(self).__name__,
                              arg="x")
         if self.training:  # one kernel forward, one backward (te/norm.py)
             y, mean, var = call("batch_norm_train", x, self.weight, self.bias, eps=self.eps)

@@ -32,7 +32,7 @@ class Optimizer:
         self._hypers: dict = {}
         self.params = [p for p in params]
         if not self.params:
-            raise AttrError("got no parameters, expected at least one", op=type(self).__name__, arg="params")
+            raise AttrError("got no parameters, expected at least one", where=type(self).__name__, arg="params")
 
     def zero_grad(self) -> None:
         for p in self.params:
@@ -98,7 +98,7 @@ def _check(name: str, value: float, low: float, high: float | None = None, owner
         (value > low or (low_ok and value == low)) and (high is None or value < high or (high_ok and value == high))
     if not ok:
         interval = f"{'[' if low_ok else '('}{low}, {high if high is not None else 'inf'}{']' if high_ok else ')'}"
-        raise AttrError(f"got {value!r}, expected a finite number in {interval}", op=owner, arg=name)
+        raise AttrError(f"got {value!r}, expected a finite number in {interval}", where=owner, arg=name)
 
 
 class SGD(Optimizer):
@@ -134,7 +134,7 @@ class SGD(Optimizer):
             _check("dampening", dampening, 0.0, 1.0, owner="SGD", high_ok=True)
         if nesterov and (momentum <= 0 or dampening != 0):
             raise AttrError(f"got momentum={momentum}, dampening={dampening}, expected momentum > 0 and "
-                            "dampening=0 with nesterov=True", op="SGD", arg="nesterov")
+                            "dampening=0 with nesterov=True", where="SGD", arg="nesterov")
         self.lr, self.momentum, self.weight_decay = lr, momentum, weight_decay
         self.dampening, self.nesterov = dampening, bool(nesterov)
         self.u: dict[int, Tensor] = {}

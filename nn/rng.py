@@ -37,7 +37,7 @@ def manual_seed(seed: int) -> None:
     """
     global _global
     if not isinstance(seed, numbers.Integral) or isinstance(seed, bool) or seed < 0:
-        raise AttrError(f"got {seed!r}, expected a non-negative integer", op="manual_seed", arg="seed")
+        raise AttrError(f"got {seed!r}, expected a non-negative integer", where="manual_seed", arg="seed")
     _global = np.random.default_rng(int(seed))
 
 

@@ -55,7 +55,8 @@ def _to_device(data, dtype=None) -> tvm.runtime.Tensor:
     try:
         dtype = None if dtype is None else np.dtype(dtype)
     except TypeError:
-        raise DTypeError(f"got {dtype!r}, expected a dtype name such as 'float32'", op="Tensor", arg="dtype") from None
+        raise DTypeError(f"got {dtype!r}, expected a dtype name such as 'float32'", where="Tensor",
+                         arg="dtype") from None
     if isinstance(data, tvm.runtime.Tensor):
         if dtype is not None and str(data.dtype) != str(np.dtype(dtype)):
             return tvm.runtime.tensor(data.numpy().astype(dtype), cpu().device())
@@ -63,14 +64,14 @@ def _to_device(data, dtype=None) -> tvm.runtime.Tensor:
     try:
         arr = np.asarray(data, dtype=dtype)
     except (TypeError, ValueError) as exc:  # ragged nesting, or values the dtype cannot hold
-        raise ShapeError(f"cannot make an array of {type(data).__name__} data: {exc}", op="Tensor",
+        raise ShapeError(f"cannot make an array of {type(data).__name__} data: {exc}", where="Tensor",
                          arg="data") from None
     if dtype is None and arr.dtype == np.float64 and not isinstance(data, np.ndarray):
         arr = arr.astype(np.float32)  # Python floats and lists default to float32, as in needle
     if arr.dtype == np.int64 and not isinstance(data, np.ndarray):
         arr = arr.astype(np.int32)
     if str(arr.dtype) not in ("float32", "float64", "int32", "int64", "bool"):
-        raise DTypeError(f"got {arr.dtype}, expected float32, float64, int32, int64 or bool", op="Tensor",
+        raise DTypeError(f"got {arr.dtype}, expected float32, float64, int32, int64 or bool", where="Tensor",
                          arg="data")
     return _pool.host_tensor(arr, _DEVICE)
 
@@ -92,7 +93,7 @@ class Tensor(ValueOps):
     def __init__(self, data, *, dtype=None, requires_grad: bool = False, device=None):
         if device is not None and getattr(device, "kind", None) != "cpu":
             raise TargetError(f"got {device!r}, expected None or kiln.cpu(): nn tensors live on the CPU",
-                              op="Tensor", arg="device")
+                              where="Tensor", arg="device")
         source = data.wait()._array if isinstance(data, Tensor) else data
         self._array = _to_device(source, dtype)
         if _recording._active is not None and self._array is not source:
@@ -103,7 +104,7 @@ class Tensor(ValueOps):
         self.requires_grad = bool(requires_grad)
         if self.requires_grad and not self.dtype.startswith("float"):
             raise DTypeError(f"got {self.dtype}, expected a float dtype: only float tensors have gradients",
-                             op="Tensor", arg="requires_grad")
+                             where="Tensor", arg="requires_grad")
         self.grad: Tensor | None = None
 
     @classmethod
@@ -224,7 +225,7 @@ class Tensor(ValueOps):
         value = value if isinstance(value, Tensor) else Tensor(value, dtype=self.dtype)
         if value.shape != self.shape or value.dtype != self.dtype:
             raise ShapeError(f"got {value.shape}:{value.dtype}, expected {self.shape}:{self.dtype}",
-                             op="Tensor", arg="data")
+                             where="Tensor", arg="data")
         self._array, self._var, self._shape = value._array, value._var, value._shape
 
     def detach(self) -> "Tensor":
@@ -246,12 +247,12 @@ class Tensor(ValueOps):
         """The value of a one-element tensor; any other size is ambiguous (as in PyTorch)."""
         if int(np.prod(self.shape)) != 1:
             raise ShapeError(f"the truth value of a tensor of shape {self.shape} is ambiguous; read it with "
-                             ".numpy() and use .any() or .all()", op="Tensor", arg="bool")
+                             ".numpy() and use .any() or .all()", where="Tensor", arg="bool")
         return bool(self.item())
 
     def __len__(self) -> int:
         if not self.shape:
-            raise ShapeError("a 0-d tensor has no length", op="Tensor", arg="len")
+            raise ShapeError("a 0-d tensor has no length", where="Tensor", arg="len")
         return self.shape[0]
 
     def __repr__(self) -> str:
@@ -274,14 +275,14 @@ class Tensor(ValueOps):
         """
         if not self.requires_grad:
             raise GradError("the tensor does not require grad and has no graph: it was made under no_grad(), "
-                            "detached, or from inputs none of which has requires_grad=True", op="backward",
+                            "detached, or from inputs none of which has requires_grad=True", where="Tensor.backward",
                             arg="self")
         if out_grad is None:
             out_grad = Tensor(np.ones(self.shape, self.dtype))
         elif not isinstance(out_grad, Tensor):
             out_grad = Tensor(out_grad, dtype=self.dtype)
         if out_grad.shape != self.shape:
-            raise ShapeError(f"got {out_grad.shape}, expected the tensor's shape {self.shape}", op="backward",
+            raise ShapeError(f"got {out_grad.shape}, expected the tensor's shape {self.shape}", where="Tensor.backward",
                              arg="out_grad")
         with contextlib.nullcontext() if create_graph else no_grad():
             backprop(self, out_grad)

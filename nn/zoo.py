@@ -59,11 +59,11 @@ def build_model(name: str, in_shape: tuple, classes: int, hidden: int = 128) -> 
                             M.Residual(M.Sequential(M.Linear(hidden, hidden), M.ReLU())), M.Linear(hidden, classes))
     if name in IMAGE_MODELS and len(in_shape) != 3:
         raise AttrError(f"got input shape {tuple(in_shape)}, expected (channels, height, width) for {name!r}",
-                        op="train", arg="in_shape")
+                        where="build_model", arg="in_shape")
     if name == "cnn":
         channels = in_shape[0]
         return M.Sequential(M.Conv(channels, 16, 3), M.BatchNorm2d(16), M.ReLU(), M.Conv(16, 32, 3),
                             M.BatchNorm2d(32), M.ReLU(), M.GlobalAvgPool2d(), M.Linear(32, classes))
     if name == "resnet":
         return resnet(in_shape[0], classes)
-    raise AttrError(f"got {name!r}, expected one of {', '.join(MODELS)}", op="train", arg="model")
+    raise AttrError(f"got {name!r}, expected one of {', '.join(MODELS)}", where="build_model", arg="model")

@@ -70,7 +70,7 @@ class KernelPool:
 
     def __init__(self, specialize_limit: int = SPECIALIZE_LIMIT):
         if isinstance(specialize_limit, bool) or not isinstance(specialize_limit, int) or specialize_limit < 0:
-            raise AttrError(f"got {specialize_limit!r}, expected an int >= 0", op="KernelPool",
+            raise AttrError(f"got {specialize_limit!r}, expected an int >= 0", where="KernelPool",
                             arg="specialize_limit")
         self.specialize_limit = specialize_limit
         # a site key that can be weakly referenced (a layer) takes its memo with it when it goes

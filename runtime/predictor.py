@@ -51,7 +51,7 @@ def parse_entries(meta: dict) -> list[tuple[int, int, str]]:
     """
     entries = meta.get("entries", [{"name": "main"}])
     if not isinstance(entries, list) or not entries:
-        raise ExportError(f"metadata 'entries' is {entries!r}, expected a non-empty list", op="Predictor",
+        raise ExportError(f"metadata 'entries' is {entries!r}, expected a non-empty list", where="Predictor",
                           arg="path")
     parsed = []
     for entry in entries:
@@ -59,7 +59,7 @@ def parse_entries(meta: dict) -> list[tuple[int, int, str]]:
         if (not isinstance(entry, dict) or not isinstance(entry.get("name"), str) or None not in limits
                 or any(v is not None and (type(v) is not int or v < 1) for v in limits)):
             raise ExportError(f"metadata entry {entry!r} is not {{'name': str, 'batch' or 'max_batch': int >= 1 "
-                              "(optional)}", op="Predictor", arg="path")
+                              "(optional)}", where="Predictor", arg="path")
         exact, limit = limits
         parsed.append((exact or 1, exact or limit or sys.maxsize, entry["name"]))
     return parsed
@@ -72,7 +72,7 @@ def choose_entry(entries: list[tuple[int, int, str]], batch: int) -> str:
         if low <= batch <= high:
             return name
     raise ShapeError(f"got a batch of {batch}, the model serves batches up to {max(e[1] for e in entries)}",
-                     op="Predictor", arg="x")
+                     where="Predictor", arg="x")
 
 
 @dataclass
@@ -124,46 +124,46 @@ class Predictor:
         config.check()  # the model runs on TVM's thread pool, which that sizes
         self.path = Path(path)
         if not self.path.is_file():
-            raise ExportError(f"no file at {self.path}", op="Predictor", arg="path")
+            raise ExportError(f"no file at {self.path}", where="Predictor", arg="path")
         problem = elf_problem(self.path)
         if problem:
-            raise ExportError(f"{self.path} is not a loadable module: {problem}", op="Predictor", arg="path")
+            raise ExportError(f"{self.path} is not a loadable module: {problem}", where="Predictor", arg="path")
         try:
             self._lib = tvm.runtime.load_module(str(self.path))
         except Exception as exc:  # noqa: BLE001 - dlopen errors come back as TVM errors
             raise ExportError(f"{self.path} is not a loadable module (truncated or foreign?): "
-                              f"{tvm_message(exc, 200)}", op="Predictor", arg="path") from exc
+                              f"{tvm_message(exc, 200)}", where="Predictor", arg="path") from exc
         try:
             self.vm = relax.VirtualMachine(self._lib, tvm.cpu())
             self.meta = json.loads(bytes(self.vm["kiln_metadata"]().numpy()).decode())
         except Exception as exc:  # noqa: BLE001 - any module without kiln's metadata is foreign
-            raise ExportError(f"{self.path} is not a kiln model", op="Predictor", arg="path") from exc
+            raise ExportError(f"{self.path} is not a kiln model", where="Predictor", arg="path") from exc
         if self.meta.get("format") != FORMAT:
             raise ExportError(f"{self.path} has format {self.meta.get('format')!r}, expected {FORMAT!r}",
-                              op="Predictor", arg="path")
+                              where="Predictor", arg="path")
         missing = sorted(set(self.meta.get("isa", ())) - host().isa)
         if missing:  # calling it would die of an illegal instruction
             raise ExportError(f"{self.path} was built for {self.meta.get('cpu')}, whose {', '.join(missing)} this "
                               f"CPU ({host().mcpu}) lacks: export it again on this machine, or with "
-                              f"KILN_CPU={host().mcpu}", op="Predictor", arg="path")
+                              f"KILN_CPU={host().mcpu}", where="Predictor", arg="path")
         self.input_shape = tuple(self.meta["input_shape"])
         self.input_dtype = self.meta["input_dtype"]
         if None in self.input_shape[1:]:
             raise ExportError(f"{self.path} has input shape {self.input_shape}: only the batch dim may be symbolic",
-                              op="Predictor", arg="path")
+                              where="Predictor", arg="path")
         self._entries = parse_entries(self.meta)
         try:  # looked up once: a lookup costs about a microsecond per call
             self._funcs = {name: self.vm[name] for _, _, name in self._entries}
         except Exception as exc:  # noqa: BLE001 - a missing function is a TVM error
             raise ExportError(f"{self.path} lacks an entry function its metadata lists: {tvm_message(exc, 200)}",
-                              op="Predictor", arg="path") from exc
+                              where="Predictor", arg="path") from exc
         # what each call compares against
         self._dtype = np.dtype(self.input_dtype)
         self._rank, self._batch, self._tail = len(self.input_shape), self.input_shape[0], self.input_shape[1:]
         self._align = self.meta.get("input_align", ALIGN)
         if type(self._align) is not int or self._align < 1:
             raise ExportError(f"{self.path} has input_align {self._align!r}, expected a positive int",
-                              op="Predictor", arg="path")
+                              where="Predictor", arg="path")
         self._staged = None  # (array, its tensor): the aligned copy of an input TVM cannot take as it is
         self._library = next((m for m in self._lib.imports if m.kind == "library"), None)  # the kernels
         self._plans: dict = {}  # batch -> its recorded call (a Replay), or None where the VM runs it
@@ -229,7 +229,7 @@ class Predictor:
         used for timing.
         """
         if type(repeat) is not int or repeat < 1:
-            raise AttrError(f"got {repeat!r}, expected a positive int", op="Predictor.profile", arg="repeat")
+            raise AttrError(f"got {repeat!r}, expected a positive int", where="Predictor.profile", arg="repeat")
         x = np.asarray(x)
         self(x)  # checks x, and warms the caches
         library = self._library
@@ -260,13 +260,13 @@ class Predictor:
     def _check(self, x: np.ndarray) -> None:
         if x.dtype != self._dtype:
             raise DTypeError(f"got {x.dtype}, expected {self.input_dtype}: the model was exported for "
-                             f"{self.input_dtype} (convert with x.astype({self.input_dtype!r}))", op="Predictor",
+                             f"{self.input_dtype} (convert with x.astype({self.input_dtype!r}))", where="Predictor",
                              arg="x")
         shape = x.shape
         if (len(shape) != self._rank or shape[1:] != self._tail
                 or (shape[0] < 1 if self._batch is None else shape[0] != self._batch)):
             shown = "(" + ", ".join("N" if w is None else str(w) for w in self.input_shape) + ")"
-            raise ShapeError(f"got {shape}, expected {shown} with N >= 1", op="Predictor", arg="x")
+            raise ShapeError(f"got {shape}, expected {shown} with N >= 1", where="Predictor", arg="x")
 
     def _argument(self, x: np.ndarray, shape: tuple | None = None):
         """``x`` (reshaped to ``shape`` when given) as a TVM tensor: its own
@@ -290,11 +290,11 @@ class Predictor:
     def _check_out(out, result: np.ndarray) -> None:
         if not isinstance(out, np.ndarray) or out.dtype != result.dtype:
             got = out.dtype if isinstance(out, np.ndarray) else type(out).__name__
-            raise DTypeError(f"got {got}, expected a numpy array of {result.dtype}", op="Predictor", arg="out")
+            raise DTypeError(f"got {got}, expected a numpy array of {result.dtype}", where="Predictor", arg="out")
         if out.shape != result.shape or not out.flags.c_contiguous or not out.flags.writeable:
             raise ShapeError(f"got a{'' if out.flags.writeable else ' read-only'}"
                              f"{'' if out.flags.c_contiguous else ' non-contiguous'} array of shape {out.shape}, "
-                             f"expected a writable C-contiguous array of shape {result.shape}", op="Predictor",
+                             f"expected a writable C-contiguous array of shape {result.shape}", where="Predictor",
                              arg="out")
 
 

@@ -6,8 +6,10 @@ import signal
 import socket
 import subprocess
 import sys
+import tempfile
 import threading
 import time
+from pathlib import Path
 
 import psutil
 import pytest
@@ -130,9 +132,16 @@ def _free_port() -> int:
         return s.getsockname()[1]
 
 
+#: a ``torch`` that cannot be imported, first on the RPC processes' path: TVM imports PyTorch when it can,
+#: 2-3 s in the tracker, each server and every session's worker process, which these tests never use
+NO_TORCH = Path(tempfile.mkdtemp(prefix="kiln-no-torch-"))
+(NO_TORCH / "torch.py").write_text('raise ImportError("PyTorch is left out of the tests\' RPC processes")\n')
+
+
 def _spawn(args):
+    path = os.pathsep.join(filter(None, [str(NO_TORCH), os.environ.get("PYTHONPATH")]))
     return subprocess.Popen([sys.executable, "-m", *args], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
-                            start_new_session=True)
+                            start_new_session=True, env={**os.environ, "PYTHONPATH": path})
 
 
 def _kill(proc):
@@ -175,7 +184,8 @@ def rpc_cluster():
 def test_rpc_tuning_through_a_tracker_survives_a_server_dying(tmp_path, rpc_cluster):
     port, servers, _ = rpc_cluster
     task = Task.create("matmul", [(40, 48), (48, 56)])
-    runner = RPCRunner("127.0.0.1", port, "kiln-test", n_parallel=2, repeat=3, min_repeat_ms=300, timeout=60)
+    # sessions of 3 x 100 ms or more: long enough for the watcher to catch one open
+    runner = RPCRunner("127.0.0.1", port, "kiln-test", n_parallel=2, repeat=3, min_repeat_ms=100, timeout=60)
     victim = psutil.Process(servers[0].pid)
     killed = threading.Event()
 

@@ -196,6 +196,16 @@ def test_plot_without_matplotlib_fails_before_measuring(capsys, monkeypatch, tmp
     assert "pip install -e '.[plot]'" in capsys.readouterr().err
 
 
+def test_the_report_shows_a_command_a_shell_can_run_again():
+    from argparse import Namespace
+
+    from kiln.cli.bench import _command
+
+    args = Namespace(quick=True, repeat=3, markdown="my results/{cpu}.md")
+    assert _command(["cpu", "train"], args) == "kiln bench --suite cpu,train --quick --repeat 3 --markdown " \
+        "'my results/{cpu}.md'"
+
+
 def test_every_suite_gives_valid_json_markdown_and_a_plot(capsys, monkeypatch, tmp_path):
     pytest.importorskip("matplotlib", reason="--plot needs matplotlib")
     from kiln.bench.suites import cpu

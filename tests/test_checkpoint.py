@@ -104,8 +104,17 @@ def test_checkpoint_round_trip_is_atomic_and_pickle_free(tmp_path):
     np.testing.assert_array_equal(fresh.pair[1].running_var.numpy(), net.pair[1].running_var.numpy())
 
     save_checkpoint(build_model("mlp", (64,), 10), path)  # same name, another model: the pair stays consistent
-    with pytest.raises(CheckpointError, match="does not fit Net"):
+    with pytest.raises(CheckpointError, match="net.npz holds weights that do not fit the model given, a Net: "):
         load_checkpoint(path, Net())
+
+
+def test_a_misfit_names_the_checkpoints_model_and_the_model_given(tmp_path):
+    path = save_checkpoint(build_model("cnn", (1, 8, 8), 10), tmp_path / "cnn.npz",
+                           {"model": "cnn", "in_shape": [1, 8, 8], "classes": 10})
+    with pytest.raises(CheckpointError) as info:
+        load_checkpoint(path, build_model("mlp", (64,), 10))
+    assert str(info.value).startswith(f"{path} holds weights saved from model 'cnn'; they do not fit the model "
+                                      "given, a Sequential(Flatten, Linear, ReLU, Linear): "), info.value
 
 
 def test_first_format_checkpoints_p0_to_pn_still_load(tmp_path):
@@ -192,7 +201,9 @@ def _break(kind, ckpt):
     ("truncated", "not a readable .npz"), ("corrupt", "mlp.npz"), ("empty", "not a readable .npz"),
     ("npy", "single .npy array"), ("pickled", "not a readable .npz"), ("foreign", "is not the file"),
     ("no json", "mlp.npz.json is missing"), ("bad json", "not valid JSON"), ("json list", "expected an object"),
-    ("no model", "cannot rebuild"), ("bad in_shape", "'in_shape'"), ("wrong model", "does not fit Sequential"),
+    ("no model", "cannot rebuild"), ("bad in_shape", "'in_shape'"),
+    ("wrong model", "holds weights saved from model 'mlp'; they do not fit model 'mlp' as kiln builds it, a "
+                    "Sequential(Flatten, Linear, ReLU, Linear)"),
 ])
 def test_export_names_what_is_wrong_with_which_file(tmp_path, capsys, kind, needle):
     path = _break(kind, _valid_checkpoint(tmp_path))

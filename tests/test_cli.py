@@ -15,6 +15,21 @@ def test_ops_lists_every_registered_op(capsys):
     assert names == set(kiln.te.list_ops())
 
 
+def test_ops_table_keeps_its_columns_apart(capsys):
+    from kiln.cli.ops import describe
+    from kiln.te import list_ops
+
+    assert main(["ops"]) == 0
+    header, *lines = capsys.readouterr().out.splitlines()
+    starts = [0] + [header.index(name) for name in ("family", "inputs", "grad", "attrs")]
+    for name, line in zip(list_ops(), lines):  # conv2d_backward_weight is its own family: the widest entries
+        op = describe(name)
+        cells = [line.ljust(starts[-1])[a:b] for a, b in zip(starts, starts[1:])]  # a row without attrs ends early
+        assert [c.rstrip() for c in cells] == [name, op["family"], str(op["inputs"]),
+                                               "yes" if op["differentiable"] else "no"], line
+        assert all(c.endswith("  ") for c in cells), line  # a gap after every column
+
+
 def test_show_prints_template_config_and_script(capsys):
     assert main(["show", "matmul", "--shape", "64x32x48"]) == 0
     out = capsys.readouterr().out

@@ -125,6 +125,73 @@ def test_tune_summary_of_a_memory_bound_op_and_a_custom_records_file(capsys, tmp
     assert "2 trials" in capsys.readouterr().out and png.stat().st_size > 1000
 
 
+def test_tune_summary_agrees_with_its_progress_bar_beside_another_run_in_the_file(capsys, tmp_path):
+    path, task = tmp_path / "r.jsonl", Task.create("relu", [(4096,)])
+    fast = records.make_record(task.json, Space(task).default, result={"median_s": 1e-12, "costs": [1e-12]},
+                               trial=0, run="another run")  # of the same task, not of this run: never its best
+    records.append(path, [fast])
+    assert main(["tune", "relu", "--shape", "4096", "--trials", "3", "--tuner", "grid", "--records", str(path)]) == 0
+    out, err = capsys.readouterr()
+    bar = float([line for line in err.splitlines() if line.startswith("[")][-1].split(" best ")[1].split()[0])
+    best = float(out.split("\n  best     ")[1].split()[0])
+    assert best == bar < task.rate(1e-12) / 1e3 and "1.00x" not in out, (err, out)
+
+
+def _timed(task, config, ms, **about):
+    return records.make_record(task.json, config, result={"median_s": ms / 1e3, "costs": [ms / 1e3]}, **about)
+
+
+def test_tune_summary_tells_the_best_trial_from_the_config_its_re_timing_kept(capsys):
+    from pathlib import Path
+
+    from kiln.autotune.tune import TuneResult
+    from kiln.cli import tune as cli_tune
+    from kiln.schedules import config_key
+
+    task = Task.create("relu", [(4096,)])
+    default = Space(task).default
+    other = next(c for c in Space(task).grid() if config_key(c) != config_key(default))
+    trials = [_timed(task, default, 0.6, trial=0), _timed(task, other, 0.28, trial=1)]
+    # the re-timing beside the default found the fastest trial's config no faster: the default is kept
+    kept_default = [_timed(task, other, 0.62, confirmed=True, beats_first=False),
+                    _timed(task, default, 0.6, confirmed=True)]
+    result = TuneResult(task, Path("my runs/r.jsonl"), trials + kept_default, 2, 1.0, "grid", default)
+    summary = cli_tune._summary(result, 2, None, default_records=False)
+    cli_tune._print_summary(summary)
+    out = capsys.readouterr().out
+    assert summary["best_ms"] == pytest.approx(0.28) and summary["kept_config"] == default
+    assert summary["stopped"] is None and summary["retimed"] and summary["kept_is_default"]
+    assert f"  best     {task.rate(0.28e-3):.1f} GB/s, 0.280 ms in trial 2, 2.14x faster than the default's " \
+        "0.600 ms\n" in out, out
+    assert "none was faster in most turns; the default is kept" in out and "1.00x" not in out, out
+    assert f"  kept     {json.dumps(default)}\n" in out and "note" not in out, out
+    assert "kiln show/bench --records 'my runs/r.jsonl'" in out  # a path a shell can take back
+
+    # the fastest trial's config kept, re-timed at 2.8x its trial's speed: said, not left to contradict the bar
+    kept_best = [_timed(task, other, 0.1, confirmed=True, beats_first=True), _timed(task, default, 0.2, confirmed=True)]
+    result = TuneResult(task, Path("r.jsonl"), trials + kept_best, 2, 1.0, "grid", default)
+    cli_tune._print_summary(cli_tune._summary(result, 2, None, default_records=False))
+    out = capsys.readouterr().out
+    assert "0.280 ms in trial 2, 2.14x faster" in out, out
+    assert f"the best trial's config is kept, {task.rate(0.1e-3):.1f} GB/s, 0.100 ms, 2.00x faster than the " \
+        "default's 0.200 ms" in out, out
+    assert "re-timed, it ran 2.8x faster than in its trial" in out, out
+    assert cli_tune._versus(1.0, 1.001) == ", as fast as the default (1.001 ms)"
+    assert cli_tune._versus(2.0, 1.0) == ", 2.00x slower than the default's 1.000 ms"
+    stopped = TuneResult(task, Path("r.jsonl"), trials, 2, 1.0, "grid", default, "early_stopping", 2)
+    assert cli_tune._stopped(stopped, 4) == "4 trials or more found no faster config (--early-stopping 4)"
+
+
+def test_tune_says_why_it_ran_fewer_trials_than_asked(capsys, tmp_path):
+    configs = sum(1 for _ in Space(Task.create("relu", [(64,)])).grid())
+    argv = ["tune", "relu", "--shape", "64", "--trials", str(configs + 8), "--tuner", "random", "--records",
+            str(tmp_path / "r.jsonl")]
+    assert main(argv) == 0
+    out = capsys.readouterr().out
+    assert f"stopped  at {configs} of the {configs + 8} trials asked: the space has only {configs} configs, all " \
+        "measured" in out, out
+
+
 # -- RPC ------------------------------------------------------------------------
 def _free_port() -> int:
     with socket.socket() as s:

@@ -241,6 +241,26 @@ def test_a_killed_model_tune_resumes_without_remeasuring(tmp_path):
 
 @pytest.mark.parametrize("argv", [["--model", "mlp", "--trials", "4"], ["relu", "--shape", "64"]])
 def test_ctrl_c_in_a_tune_says_where_the_measurements_are_and_how_to_go_on(tmp_path, capsys, monkeypatch, argv):
+    from types import SimpleNamespace
+
+    from kiln.autotune.tune import Progress
+    from kiln.cli import main
+
+    def measured_then_interrupted(task, *args, callback, **kwargs):
+        callback(Progress(task, 16, done=8) if isinstance(task, Task) else SimpleNamespace(measured=8))
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(kiln.autotune.model, "tune_model", measured_then_interrupted)  # kiln tune --model
+    monkeypatch.setattr(kiln.autotune, "tune", measured_then_interrupted)  # kiln tune OP
+    path = tmp_path / "r.jsonl"
+    assert main(["tune", *argv, "--records", str(path), "--json"]) == 130
+    err = capsys.readouterr().err
+    assert err.startswith(f"kiln tune: interrupted; {path} holds the 8 trials measured: the same command with "
+                          "--resume goes on from them"), err
+
+
+@pytest.mark.parametrize("argv", [["--model", "mlp", "--trials", "4"], ["relu", "--shape", "64"]])
+def test_ctrl_c_before_a_trial_is_measured_says_nothing_was_written(tmp_path, capsys, monkeypatch, argv):
     from kiln.cli import main, tune_model as cli_tune_model
 
     def interrupted(*args, **kwargs):
@@ -248,10 +268,9 @@ def test_ctrl_c_in_a_tune_says_where_the_measurements_are_and_how_to_go_on(tmp_p
 
     monkeypatch.setattr(cli_tune_model, "run", interrupted)  # kiln tune --model
     monkeypatch.setattr(kiln.autotune, "tune", interrupted)  # kiln tune OP
-    path = tmp_path / "r.jsonl"
-    assert main(["tune", *argv, "--records", str(path)]) == 130
+    assert main(["tune", *argv, "--records", str(tmp_path / "r.jsonl")]) == 130
     err = capsys.readouterr().err
-    assert err.startswith("kiln tune: interrupted") and str(path) in err and "--resume" in err, err
+    assert err == "kiln tune: interrupted before the first trial was measured: no records were written\n", err
 
 
 def test_tuned_records_reach_the_export_and_the_compiled_step(tmp_path, monkeypatch):
@@ -340,6 +359,7 @@ def test_the_model_tune_table_puts_each_task_beside_its_arithmetic_at_the_fma_pe
     assert "the difference measured is the noise of the measurement" in _table(same)
     # where the records went, and how the export and the training step read them
     assert "kiln export/train --records r.jsonl" in _table(summary)
+    assert "kiln export/train --records 'my runs/r.jsonl'" in _table(dict(summary, records="my runs/r.jsonl"))
     assert "kiln export, kiln train and kiln.build use the tuned configs" in _table(dict(summary, default_records=True))
 
 
