@@ -35,11 +35,12 @@ def build(req: dict) -> dict:
     import tvm
 
     from ..runtime.device import as_target
+    from ..runtime.link import link_shared
 
     start = time.perf_counter()
     mod = tvm.ir.load_json(req["module"])
     executable = tvm.compile(mod, target=as_target(req["target"]).tvm)
-    executable.export_library(req["out"])
+    executable.export_library(req["out"], fcompile=link_shared)
     return {"ok": True, "build_s": time.perf_counter() - start}
 
 

@@ -5,6 +5,7 @@ import subprocess
 import sys
 import textwrap
 
+import numpy as np
 import pytest
 
 import kiln
@@ -87,3 +88,29 @@ def test_memory_cache_returns_the_same_kernel_and_keys_cover_the_signature():
                 key("sum", ((3, 4),), attrs={"axis": 0}), key("sum", ((3, 4),), attrs={"axis": 1})]
     assert len(set(variants)) == len(variants)
     assert key() == key(shapes=[[3, 4], [4]], dtypes=["float32", "float32"])  # the same workload, spelled otherwise
+
+
+def test_a_kernel_library_is_linked_by_ld_and_anything_else_by_tvms_default(tmp_path):
+    """``runtime.link``: object files link with ``ld`` alone (a kernel using
+    libm declares it); a C++ source, which ``ld`` cannot take, goes through
+    TVM's compiler driver."""
+    import ctypes
+
+    import tvm
+    from tvm import te
+
+    from kiln.runtime.link import link_shared
+
+    a = te.placeholder((4,), "float64", name="a")
+    executable = tvm.compile(te.create_prim_func([a, te.compute((4,), lambda i: te.exp(a[i]))]),
+                             target=kiln.cpu().tvm)
+    executable.export_library(str(tmp_path / "k.so"), fcompile=link_shared)
+    x = np.arange(4.0)
+    y = tvm.runtime.tensor(np.zeros(4), tvm.cpu())
+    tvm.runtime.load_module(str(tmp_path / "k.so"))["main"](tvm.runtime.tensor(x, tvm.cpu()), y)
+    np.testing.assert_allclose(y.numpy(), np.exp(x))
+    assert b"libm.so" in (tmp_path / "k.so").read_bytes()  # the library names what it needs
+    source = tmp_path / "f.cc"
+    source.write_text('extern "C" int forty_two(void) { return 42; }\n')
+    link_shared(str(tmp_path / "f.so"), [str(source)])
+    assert ctypes.CDLL(str(tmp_path / "f.so")).forty_two() == 42
