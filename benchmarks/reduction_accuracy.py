@@ -10,8 +10,8 @@ mean ``softmax_cross_entropy`` over a batch of 10-class rows.
 
 Run: ``python benchmarks/reduction_accuracy.py [--repeat 7] [--sizes 1e4,1e6,1e7]``.
 Prints one row per op and size: relative error of kiln and of numpy, and the
-median time per call of each (numpy's single-threaded reduction; kiln on its
-thread pool).
+median time per call of each (numpy's single-threaded reduction, which calls
+no BLAS, so ``OPENBLAS_CORETYPE`` does not touch it; kiln on its thread pool).
 """
 from __future__ import annotations
 
