@@ -99,13 +99,14 @@ class Target:
 def cpu(mcpu: str | None = None) -> Target:
     """The CPU kernels are built for: the named ``mcpu``, else ``KILN_CPU``'s,
     else the host's (its LLVM name detected)."""
-    if mcpu is None and config.cpu_name() is not None:
+    named = config.cpu_name() if mcpu is None else None
+    if named is not None:
         try:
-            return _cpu(config.cpu_name())
+            return _cpu(named)
         except TargetError as exc:
-            raise ConfigError("KILN_CPU", config.cpu_name(), "an LLVM CPU name such as znver3, skylake-avx512 "
-                                                             "or x86-64-v3") from exc
-    return _cpu(mcpu or str(codegen.llvm_get_system_cpu()))
+            raise ConfigError("KILN_CPU", named, "an LLVM CPU name such as znver3, skylake-avx512 or x86-64-v3") \
+                from exc
+    return _cpu(mcpu or _host_name())
 
 
 @lru_cache(maxsize=None)
@@ -119,9 +120,15 @@ def _cpu(name: str) -> Target:
     return Target("cpu", mcpu=name)
 
 
+@lru_cache(maxsize=None)
+def _host_name() -> str:
+    """LLVM's name of this machine's CPU (asking LLVM costs about 40 us)."""
+    return str(codegen.llvm_get_system_cpu())
+
+
 def host() -> Target:
     """The CPU this process runs on, whatever ``KILN_CPU`` says."""
-    return _cpu(str(codegen.llvm_get_system_cpu()))
+    return _cpu(_host_name())
 
 
 def vector_levels() -> list[Target]:
