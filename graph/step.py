@@ -29,7 +29,7 @@ from tvm import relax
 
 from .. import config as kiln_config
 from ..runtime import cache
-from ..runtime.device import as_target
+from ..runtime.device import as_target, check_runs_here
 from ..schedules import config_key
 from ..te.workload import digest
 from ..version import __version__
@@ -60,6 +60,7 @@ def compile_graph(graph: Graph, target=None, winograd: bool | None = None):
         return _Module(executable), executable
 
     held = cache.get(graph_key(graph, target), _Module, build)
+    check_runs_here(target, where="compiled step")
     vm = relax.VirtualMachine(held.module, tvm.cpu())
     return vm["main"], (held, vm)
 

@@ -14,7 +14,7 @@ from tvm.target import codegen
 
 from .. import config
 from ..config import num_threads
-from ..errors import ConfigError, TargetError
+from ..errors import ConfigError, KernelRuntimeError, TargetError
 from ..schedules.cuda.check import MAX_SHARED, MAX_THREADS
 
 CUDA_ARCHS = ("sm_70", "sm_75", "sm_80", "sm_86", "sm_89", "sm_90")
@@ -129,6 +129,17 @@ def _host_name() -> str:
 def host() -> Target:
     """The CPU this process runs on, whatever ``KILN_CPU`` says."""
     return _cpu(_host_name())
+
+
+def check_runs_here(target: Target, **where) -> None:
+    """Refuse to run code built for a CPU whose instruction sets this one lacks
+    (``KILN_CPU``, ``kiln.cpu("skylake-avx512")`` on an AVX2 host): it would
+    die of an illegal instruction. ``where`` names the op or object for the
+    ``KernelRuntimeError``."""
+    if target.kind == "cpu" and not target.runs_here:
+        missing = ", ".join(sorted(target.isa - host().isa))
+        raise KernelRuntimeError(f"this code was built for {target.mcpu}, whose {missing} this CPU "
+                                 f"({host().mcpu}) lacks; build for kiln.cpu() to run it here", **where)
 
 
 def vector_levels() -> list[Target]:

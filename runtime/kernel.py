@@ -9,7 +9,7 @@ import tvm
 
 from ..errors import DTypeError, KernelRuntimeError, ShapeError, tvm_message
 from ..te.shapes import is_static, shape_str, size, static, upper_bounds
-from .device import host
+from .device import check_runs_here
 from .lower import compile_lowered
 
 
@@ -55,21 +55,11 @@ class Kernel:
     # -- calling ------------------------------------------------------------------
     @cached_property
     def _func(self):
-        self._check_runs_here()
+        check_runs_here(self.target, op=self.op.name)
         if not self.module.is_runnable():
             raise KernelRuntimeError(f"kernels for {self.target} cannot run on this machine (no device); "
                                      "use .source() or export it", op=self.op.name)
         return self.module["main"]
-
-    def _check_runs_here(self) -> None:
-        """A CPU kernel built for instruction sets this CPU lacks (``KILN_CPU``,
-        ``kiln.cpu("skylake-avx512")`` on an AVX2 host) would die of an illegal
-        instruction: refused instead."""
-        if self.target.kind == "cpu" and not self.target.runs_here:
-            missing = ", ".join(sorted(self.target.isa - host().isa))
-            raise KernelRuntimeError(f"this kernel was built for {self.target.mcpu}, whose {missing} this CPU "
-                                     f"({host().mcpu}) lacks; its .source() and .script() are available, or "
-                                     "build for kiln.cpu() to run it here", op=self.op.name)
 
     def __call__(self, *args):
         """Run on numpy arrays (returns numpy) or TVM tensors (returns TVM tensors)."""
@@ -173,7 +163,7 @@ class Kernel:
 
     def time(self, *args, number: int = 10, repeat: int = 5, min_repeat_ms: int = 50) -> dict:
         """Seconds per call: ``{"mean", "median", "min", "max", "std", "results"}``."""
-        self._check_runs_here()
+        check_runs_here(self.target, op=self.op.name)
         dev = self.target.device()
         tensors = [self._to_device(i, a, dev) for i, a in enumerate(args)]
         actual = [tuple(int(d) for d in t.shape) for t in tensors]
