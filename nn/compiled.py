@@ -34,7 +34,7 @@ import tvm
 
 from ..errors import AttrError, BuildError, KilnError, ShapeError
 from ..runtime import engine as _engine
-from ..runtime.pool import host_tensor
+from ..runtime.device import host_tensor
 from . import record
 from .tensor import Tensor, no_grad
 

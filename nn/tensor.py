@@ -35,6 +35,7 @@ from ..runtime import cpu
 from ..runtime.kernel import actual_rows
 from ..runtime import engine as _engine
 from ..runtime import pool as _pool
+from ..runtime.device import host_tensor
 from ..te import call, get_op
 from ..te.value import ValueOps
 from . import capture as _capture
@@ -73,7 +74,7 @@ def _to_device(data, dtype=None) -> tvm.runtime.Tensor:
     if str(arr.dtype) not in ("float32", "float64", "int32", "int64", "bool"):
         raise DTypeError(f"got {arr.dtype}, expected float32, float64, int32, int64 or bool", where="Tensor",
                          arg="data")
-    return _pool.host_tensor(arr, _DEVICE)
+    return host_tensor(arr, _DEVICE)
 
 
 class Tensor(ValueOps):

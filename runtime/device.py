@@ -9,7 +9,10 @@ from __future__ import annotations
 from dataclasses import dataclass
 from functools import cached_property, lru_cache
 
+import numpy as np
 import tvm
+import tvm_ffi
+from tvm.runtime import _ffi_api
 from tvm.target import codegen
 
 from .. import config
@@ -180,3 +183,21 @@ def as_target(target) -> Target:
             return cuda(detail or None)
     raise TargetError(f"got {target!r}, expected kiln.cpu(), kiln.cuda(arch), 'cpu' or 'cuda[:sm_XX]'",
                       arg="target")
+
+
+#: a new, uninitialized TVM tensor ``alloc(tvm_ffi.Shape, tvm_ffi.dtype, device, None)``, 64-byte
+#: aligned: ``tvm.runtime.empty`` without its argument conversions (a few microseconds a call)
+alloc = _ffi_api.TVMTensorAllocWithScope
+_DTYPES: dict = {}
+
+
+def host_tensor(array: np.ndarray, device) -> "tvm.runtime.Tensor":
+    """A new TVM tensor on the CPU ``device`` holding a copy of ``array``
+    (allocated as TVM allocates, 64-byte aligned, and filled through a numpy
+    view of it): 4-5 us, against 27 for ``tvm.runtime.tensor``'s conversions."""
+    dtype = _DTYPES.get(array.dtype)
+    if dtype is None:
+        dtype = _DTYPES[array.dtype] = tvm_ffi.dtype(str(array.dtype))
+    out = alloc(tvm_ffi.Shape(array.shape), dtype, device, None)
+    np.copyto(np.from_dlpack(out), array)
+    return out

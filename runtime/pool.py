@@ -29,30 +29,14 @@ import contextvars
 import threading
 import weakref
 
-import numpy as np
 import tvm_ffi
-from tvm.runtime import _ffi_api
 
 from ..errors import AttrError, KilnError
 from ..te import sym
 from .build import build
-from .device import as_target
+from .device import alloc, as_target
 
 SPECIALIZE_LIMIT = 4
-_ALLOC = _ffi_api.TVMTensorAllocWithScope  # tvm.runtime.empty without its conversions
-_DTYPES: dict = {}
-
-
-def host_tensor(array: np.ndarray, device) -> "tvm.runtime.Tensor":
-    """A new TVM tensor on the CPU ``device`` holding a copy of ``array``
-    (allocated as TVM allocates, 64-byte aligned, and filled through a numpy
-    view of it): 4-5 us, against 27 for ``tvm.runtime.tensor``'s conversions."""
-    dtype = _DTYPES.get(array.dtype)
-    if dtype is None:
-        dtype = _DTYPES[array.dtype] = tvm_ffi.dtype(str(array.dtype))
-    out = _ALLOC(tvm_ffi.Shape(array.shape), dtype, device, None)
-    np.copyto(np.from_dlpack(out), array)
-    return out
 
 
 class KernelPool:
@@ -137,8 +121,8 @@ class Dispatch:
         """Fresh, uninitialized output tensors."""
         if len(self._alloc) == 1:  # most ops: no comprehension (a frame of its own)
             (shape, dtype), = self._alloc
-            return [_ALLOC(shape, dtype, self._device, None)]
-        return [_ALLOC(shape, dtype, self._device, None) for shape, dtype in self._alloc]
+            return [alloc(shape, dtype, self._device, None)]
+        return [alloc(shape, dtype, self._device, None) for shape, dtype in self._alloc]
 
     def launch(self, inputs, outputs) -> None:
         """Run the kernel on device tensors of this signature."""

@@ -6,7 +6,7 @@ import tvm_ffi
 
 from ..errors import ShapeError
 from .build import build
-from .pool import _ALLOC
+from .device import alloc
 
 
 class WinogradKernel:
@@ -47,7 +47,7 @@ class WinogradKernel:
     def launch(self, inputs, outputs, checked: bool = False) -> None:
         """Run the stages on device tensors, writing ``outputs``."""
         x, w = inputs
-        scratch = [_ALLOC(shape, dtype, self._device, None) for shape, dtype in self._scratch]
+        scratch = [alloc(shape, dtype, self._device, None) for shape, dtype in self._scratch]
         if self.blocked is not None:
             self.blocked.launch([x], scratch[:1], checked)
             x = scratch[0]
