@@ -4,7 +4,8 @@
 ``Graph`` (``graph.trace``), optimizes it — affine chains such as eval
 BatchNorm folded into the conv/dense weights (``graph.fold``), elementwise
 consumers fused into their producers (``graph.fuse``), constant weights
-packed into their kernel's layout (``graph.prepack``), a channel-blocked
+packed into their kernel's layout or transformed for a Winograd convolution
+(``graph.implement``: what ``kiln.strategy`` chooses), a channel-blocked
 layout carried from convolution to convolution (``graph.layout``) — and lowers it to a
 Relax module of kiln-scheduled kernels (``graph.lower``), compiled with
 ``tvm.compile`` and written as one shared library with ``export_library``.
@@ -30,7 +31,7 @@ from ..version import __version__
 from .fold import fold_affine
 from .fuse import fuse_epilogues, fuse_pools, fuse_prologues
 from .layout import block_layouts
-from .prepack import prepack_weights
+from .implement import implement
 from .lower import build_module, kernel_nodes, node_workload
 from .trace import trace
 
@@ -47,7 +48,7 @@ def optimize(graph, target=None, winograd: bool = True):
     Winograd convolution reading it."""
     fold_affine(graph)
     fuse_epilogues(graph)
-    prepack_weights(graph, as_target(target), winograd)
+    implement(graph, as_target(target), winograd)
     block_layouts(graph)
     fuse_pools(graph)
     fuse_prologues(graph)

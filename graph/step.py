@@ -3,7 +3,7 @@
 ``compile_graph`` drops the work no output needs (``Graph.prune``), fuses
 elementwise consumers into their producers (``graph.fuse``), runs 3x3
 stride-1 convolutions and their data gradients as Winograd convolutions
-(``graph.winograd``), lowers the graph to one Relax function of
+(``graph.implement``: what ``kiln.strategy`` chooses), lowers the graph to one Relax function of
 kiln-scheduled kernels (``graph.lower``) and compiles it with the
 exporter's pipeline, whose static memory planning reuses the
 intermediates' buffers. A call is one VM call: the inputs in, the outputs
@@ -36,7 +36,7 @@ from ..version import __version__
 from .export import compile_module
 from .fuse import fuse_epilogues
 from .ir import Graph
-from .winograd import winograd_convs
+from .implement import implement
 from .lower import kernel_nodes, node_workload, schedule_kernels, static_config, to_relax, tuned_of
 
 
@@ -73,8 +73,7 @@ def optimize_step(graph: Graph, target=None, winograd: bool | None = None) -> Gr
     ``KILN_WINOGRAD``, on by default)."""
     graph.prune()
     fuse_epilogues(graph)
-    if kiln_config.winograd() if winograd is None else winograd:
-        winograd_convs(graph, as_target(target))
+    implement(graph, as_target(target), kiln_config.winograd() if winograd is None else winograd)
     return graph
 
 

@@ -10,8 +10,12 @@ shape on, the dims in which the shape differs from its nearest seen shape
 become symbolic, so one kernel serves every later size there (no compile per
 batch size or per data-dependent length). Two layers of one op therefore
 each keep concrete kernels for their own first sizes, and a layer's kernels
-do not depend on what ran before it. The compiled kernels themselves come
-from ``build`` (the kernel cache), so sites and pools share them.
+do not depend on what ran before it. A signature runs as the implementation
+the strategy layer chooses for it (``kiln.strategy.choose``; ``staged.py``:
+a 3x3 convolution at concrete shapes may run as a Winograd convolution), so
+an eager op's kernel follows from the op, its shapes and this pool's policy.
+The compiled kernels themselves come from ``build`` (the kernel cache), so
+sites and pools share them.
 
 Which site is in effect is a context variable: ``pool.activate(key)`` (a
 ``with`` block) makes ``pool.site(key)`` the ``active_site()`` of the current
@@ -35,6 +39,7 @@ from ..errors import AttrError, KilnError
 from ..te import sym
 from .build import build
 from .device import alloc, as_target
+from .staged import eager_kernel
 
 SPECIALIZE_LIMIT = 4
 
@@ -163,12 +168,11 @@ class Site:
             nearest = None if shapes in seen or len(seen) < self.pool.specialize_limit else _nearest(seen, shapes)
             if nearest is None and shapes not in seen:
                 seen.append(shapes)
-        if nearest is None:  # concrete shapes: a 3x3 convolution may run as Winograd
-            from .winograd import winograd_kernel  # it builds on this module
-
-            kernel = winograd_kernel(op, shapes, dtypes, attrs, as_target(None))
+        target = as_target(None)
+        if nearest is None:  # concrete shapes
+            kernel = eager_kernel(op.check(list(shapes), list(dtypes), attrs), target)
         else:
-            kernel = _general_kernel(op, nearest, shapes, dtypes, attrs)
+            kernel = _general_kernel(op, nearest, shapes, dtypes, attrs, target)
         kernel = kernel or build(op, list(shapes), list(dtypes), attrs)
         return self._memo.setdefault(key, Dispatch(kernel, shapes))
 
@@ -180,14 +184,14 @@ def _nearest(seen, shapes):
     return min(seen, key=differing)
 
 
-def _general_kernel(op, before, shapes, dtypes, attrs):
+def _general_kernel(op, before, shapes, dtypes, attrs, target):
     """One kernel for ``before`` and ``shapes``: the dims that differ are
     symbolic (dims that changed alike share a symbol); None if the op rejects it."""
     changes = sorted({(a, b) for x, y in zip(before, shapes) for a, b in zip(x, y) if a != b})
     syms = {change: sym(f"d{k}") for k, change in enumerate(changes)}
     general = [tuple(syms.get((a, b), b) for a, b in zip(x, y)) for x, y in zip(before, shapes)]
     try:
-        kernel = build(op, general, list(dtypes), attrs)
+        kernel = eager_kernel(op.check(general, list(dtypes), attrs), target)
         kernel.output_specs(shapes)  # the current shapes bind consistently
     except KilnError:
         return None

@@ -11,7 +11,7 @@ from kiln import nn
 from kiln.graph import optimize, trace
 from kiln.graph.fold import fold_affine
 from kiln.graph.fuse import fuse_epilogues
-from kiln.graph.prepack import prepack_weights
+from kiln.graph.implement import implement
 from kiln.runtime import Predictor
 
 BATCHES = (1, 7, 64)
@@ -76,7 +76,7 @@ def test_batchnorm_folds_into_the_conv_and_the_rest_fuses(images, tmp_path):
     assert _ops(graph) == ["conv2d", "add", "relu", "global_avg_pool2d", "reshape", "dense"]
     assert fuse_epilogues(graph) == 2
     assert _ops(graph) == ["conv2d_add_relu", "global_avg_pool2d", "reshape", "dense"]
-    assert prepack_weights(graph, kiln.cpu()) == 2
+    assert implement(graph, kiln.cpu()) == 2
     assert _ops(graph) == ["conv2d_packed_add_relu", "global_avg_pool2d", "reshape", "dense_packed"]
     _exported_matches(model, images, tmp_path)
 

@@ -9,7 +9,7 @@ import kiln
 from kiln import nn
 from kiln.errors import AttrError, ShapeError
 from kiln.graph.export import optimize
-from kiln.graph.prepack import winograd_tile
+from kiln.strategy.conv2d import winograd_tile
 from kiln.graph.trace import trace
 from kiln.nn.train import build_model
 from kiln.runtime import Predictor

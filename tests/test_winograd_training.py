@@ -6,6 +6,7 @@ import pytest
 
 import kiln
 from kiln import nn
+from kiln.strategy import Direct, choose
 from kiln.te import get_op
 from kiln.te.layout import blocked_array
 
@@ -96,9 +97,10 @@ def test_a_step_with_winograd_convs_trains_as_one_with_direct_convs(name):
 
 @pytest.mark.parametrize("on", [True, False])
 def test_eager_convs_dispatch_to_winograd_unless_switched_off(on, monkeypatch):
-    """Eager: the conv and its data gradient run as the three kernels of a
-    ``WinogradKernel`` (blocking, weight transform, Winograd conv), or as the
-    direct kernels with ``KILN_WINOGRAD=0``; either way the output and the
+    """Eager: the conv and its data gradient run as the kernels of a
+    ``StagedKernel`` of the Winograd implementation (blocking, weight
+    transform, Winograd conv), or as the direct kernels with
+    ``KILN_WINOGRAD=0``; either way the output and the
     gradients match numpy within the Winograd bound."""
     monkeypatch.setenv("KILN_WINOGRAD", "1" if on else "0")
     kiln.manual_seed(3)
@@ -107,9 +109,8 @@ def test_eager_convs_dispatch_to_winograd_unless_switched_off(on, monkeypatch):
     x = nn.Tensor(np.random.default_rng(0).standard_normal((5, 16, 9, 7)).astype("float32"), requires_grad=True)
     y = conv(x)
     y.sum().backward()
-    kinds = {k.op.name: type(k).__name__ for k in conv.kernel_pool.kernels()}
-    want_kind = "WinogradKernel" if on else "Kernel"
-    assert kinds["conv2d"] == kinds["conv2d_backward_data"] == want_kind
+    kinds = {k.op.name: getattr(k, "implementation", Direct("")).name for k in conv.kernel_pool.kernels()}
+    assert kinds["conv2d"] == kinds["conv2d_backward_data"] == ("winograd" if on else "direct")
     w = conv.weight.numpy().astype("float64")
     xs = x.numpy().astype("float64")
     want = get_op("conv2d").reference(xs, w, layout="NCHW", stride=(1, 1), padding=(1, 1), dilation=(1, 1))
@@ -120,17 +121,16 @@ def test_eager_convs_dispatch_to_winograd_unless_switched_off(on, monkeypatch):
         assert np.abs(got - ref).max() <= RELATIVE[4] * np.abs(ref).max()
 
 
-def test_the_plan_keeps_what_winograd_does_not_fit_direct():
-    """A dilation, a stride, a symbolic batch, a batch of fewer tiles than
-    output channels and a data gradient whose padding is wider than its
-    kernel stay direct; a 16-channel float32 or float64 layer is planned."""
-    from kiln.graph.winograd import plan
-
+def test_the_strategy_keeps_what_winograd_does_not_fit_direct():
+    """Weights that change every call: a dilation, a stride, a symbolic
+    batch, a batch of fewer tiles than output channels and a data gradient
+    whose padding is wider than its kernel stay direct; a 16-channel float32
+    or float64 layer runs as Winograd."""
     conv, grad, cpu = get_op("conv2d"), get_op("conv2d_backward_data"), kiln.cpu()
 
     def planned(op, shapes, dtype="float32", **attrs):
-        w = op.check(shapes, [dtype] * 2, attrs)
-        return plan(op.name, w.shapes, w.dtypes, w.attrs, cpu)
+        found = choose(op.check(shapes, [dtype] * 2, attrs), cpu)
+        return None if isinstance(found, Direct) else found
 
     shapes = [(4, 16, 8, 8), (16, 16, 3, 3)]  # 4 tiles of F(4x4) an image: 16 for 16 channels
     assert planned(conv, shapes, padding=1) and planned(conv, shapes, "float64", padding=1)
