@@ -33,7 +33,7 @@
                       channels, and their data gradients, run as Winograd
                       convolutions in eager ``kiln.nn`` and in compiled steps
                       where the batch holds at least as many tiles as output
-                      channels (``kiln/graph/winograd.py``; rounding of about
+                      channels (``kiln/strategy/conv2d.py``; rounding of about
                       1e-6 to 1e-5 of the output where the direct kernel's is
                       1e-6); off keeps them direct.
 ``KILN_CPU``          the LLVM name of the CPU that kernels are built for

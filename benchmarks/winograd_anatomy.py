@@ -39,7 +39,7 @@ from tvm import te
 import kiln
 from kiln.bench.machine import fma_peak
 from kiln.bench.timing import compare, kernel_sampler, module_sampler
-from kiln.graph.prepack import winograd_tile
+from kiln.strategy.conv2d import winograd_tile
 from kiln.runtime.measure import random_inputs
 from kiln.schedules.cpu.conv2d_defaults import packed_channels
 from kiln.te import get_op

@@ -7,10 +7,10 @@ Run: ``python benchmarks/winograd_vs_direct.py --shape 64x16x8x8 --out 32``
 (the digits CNN's second layer at 64 images). Prints each side's time and
 its rate in the direct convolution's GFLOPS, and whether the export would
 take Winograd for this layer, and with which output tile
-(``graph.prepack.winograd_tile``).
+(``kiln.strategy.conv2d.winograd_tile``).
 
 With ``--training``, the layer as training runs it, its weight changing every
-call (``graph.winograd``): the direct ``conv2d`` (packing its weight in each
+call (``kiln.strategy``: the Winograd strategy for weights that change): the direct ``conv2d`` (packing its weight in each
 call) and its stride-1 data gradient ``conv2d_backward_data`` against each
 stage of their Winograd form (the input's blocking, the weight transform,
 the Winograd convolution), each stage timed on its own, interleaved.
@@ -24,8 +24,9 @@ import numpy as np
 import kiln
 from kiln.bench.timing import compare, kernel_sampler
 from kiln.errors import KilnError
-from kiln.graph.prepack import winograd_tile
-from kiln.runtime.winograd import winograd_kernel
+from kiln.runtime.staged import StagedKernel
+from kiln.strategy import Direct, choose
+from kiln.strategy.conv2d import winograd_tile
 from kiln.schedules.cpu.conv2d_defaults import packed_channels
 from kiln.te import get_op
 from kiln.te.layout import blocked_array
@@ -84,16 +85,17 @@ def training(x, weight, workload, repeat: int) -> None:
     for name, w, inputs in (("conv2d", workload, [x, weight]), ("data gradient", gradient, [gy, weight])):
         direct = kiln.build(w.op.name, w.shapes, attrs=w.attrs)
         sides[f"{name} direct"] = kernel_sampler(direct, inputs)
-        composite = winograd_kernel(w.op, w.shapes, w.dtypes, w.attrs, kiln.cpu())
-        if composite is None:
-            print(f"# {name}: kept direct (graph.winograd.plan)")
+        implementation = choose(w, kiln.cpu())
+        if isinstance(implementation, Direct):
+            print(f"# {name}: kept direct (kiln.strategy.choose)")
             continue
+        composite = StagedKernel(w, kiln.cpu(), implementation)
         data, weight = inputs
         if composite.blocked is not None:
             sides[f"{name} to_blocked"] = kernel_sampler(composite.blocked, [data])
             data = composite.blocked(data)
         sides[f"{name} winograd_conv2d_weight"] = kernel_sampler(composite.weight, [weight])
-        sides[f"{name} conv2d_winograd"] = kernel_sampler(composite.conv, [data, composite.weight(weight)])
+        sides[f"{name} conv2d_winograd"] = kernel_sampler(composite.main, [data, composite.weight(weight)])
     print(f"# {kiln.cpu()}  {'x'.join(map(str, x.shape))} -> {weight.shape[0]} channels, as training runs it "
           "(GFLOPS: the layer's direct-convolution work over the row's time)")
     for name, side in compare(sides, repeat).items():

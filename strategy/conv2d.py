@@ -39,7 +39,7 @@ from ..schedules.cpu.conv2d_defaults import packed_channels
 from ..te import get_op
 from ..te.layout import blocks
 from ..te.shapes import static
-from . import Packed, Winograd, register
+from .base import Packed, Winograd, register
 
 #: the fewest input channels (the matrix products' depth) for a Winograd convolution
 WINOGRAD_MIN_CHANNELS = 16

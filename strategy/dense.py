@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from ..schedules.cpu.matmul import panel_width
 from ..te.shapes import static
-from . import Packed, register
+from .base import Packed, register
 
 
 @register("dense", "packed", priority=10)

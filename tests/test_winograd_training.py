@@ -1,4 +1,4 @@
-"""Winograd convolutions where the weights change (``graph.winograd``): the
+"""Winograd convolutions where the weights change (``kiln.strategy.conv2d``): the
 data gradient's weight transform, which convolutions a compiled step's pass
 rewrites, a step's numerics against direct convolutions, and eager ops."""
 import numpy as np
