@@ -34,7 +34,15 @@ def _tuned_config(workload, target_key):
     return records.best_config(records.task_json(workload, target_key))
 
 
+def _tuned_batches(ops, target_key):
+    """The batch sizes the tuning records tuned ``ops`` at (read on first use)."""
+    from .autotune import records
+
+    return records.batch_sizes(ops, target_key)
+
+
 _hooks.config_sources.append(_tuned_config)
+_hooks.batch_sources.append(_tuned_batches)
 
 _LAZY = {"te": ("kiln.te", None), "build": ("kiln.runtime.build", "build"), "cpu": ("kiln.runtime.device", "cpu"),
          "cuda": ("kiln.runtime.device", "cuda"),

@@ -91,6 +91,15 @@ def add_config_source(source: Callable) -> None:
         hooks.config_sources.append(source)
 
 
+def tuned_batch_sizes(ops, target) -> set[int]:
+    """The batch sizes (leading dims of the first input) at which a config
+    source holds tuned kernels of the ops named ``ops`` on ``target``."""
+    found: set[int] = set()
+    for source in hooks.batch_sources:
+        found |= set(source(set(ops), target.key))
+    return found
+
+
 def tuned_config(workload: Workload, target) -> dict:
     """The first tuned config a source knows for this workload, if it still
     fits the template (a record from an older template may name knobs that no
