@@ -39,9 +39,8 @@ SETTLE_WINDOW_S = 0.02  # idle: less than IDLE_SHARE of one core used over such 
 IDLE_SHARE = 0.1
 # Untimed calls that start every sample: the wait for idle leaves the caches
 # cold (the host runs other work meanwhile), and the first call after it is
-# slow on both sides. znver4, 2 threads: kiln's eager 784-512-10 step after
-# 10 ms idle 2.9 ms against 1.9 back to back; a 128x784x512 dense kernel 0.73-
-# 0.90 ms against 0.57, on one thread 1.33-1.46 against 1.01. A sample times
+# slow on both sides (figures: benchmarks/RESULTS.md, "Benchmark timing: the
+# first call after idle"). A sample times
 # the steady state of calls that follow one another, as a serving or
 # training loop makes them; ``time_evaluator`` (``kernel_sampler``) makes
 # one untimed call before it times, too.
