@@ -24,10 +24,6 @@
                       ``kiln.nn`` work), tell glibc's allocator to keep freed
                       memory for reuse (``keep_freed_memory``); ``0`` leaves
                       the process's allocator as it was.
-``KILN_CAPTURE`` on (default) or off, spelled as for ``KILN_DISK_CACHE``: an
-                      eager backward pass or optimizer step seen repeatedly
-                      (a training loop's) runs as one compiled module call
-                      (``kiln/nn/capture.py``).
 ``KILN_WINOGRAD`` on (default) or off, spelled as for ``KILN_DISK_CACHE``:
                       3x3 stride-1 convolutions with 16 or more input
                       channels, and their data gradients, run as Winograd
@@ -73,7 +69,7 @@ TRUE = ("1", "true", "yes", "on")
 FALSE = ("0", "false", "no", "off")
 # every variable read here: check() revalidates when one of them changes
 VARIABLES = ("KILN_CACHE_DIR", "KILN_DISK_CACHE", "KILN_NUM_THREADS", "TVM_NUM_THREADS", "KILN_ENGINE",
-             "KILN_KEEP_MEMORY", "KILN_CAPTURE", "KILN_WINOGRAD", "KILN_CPU", "XDG_CACHE_HOME", "HOME")
+             "KILN_KEEP_MEMORY", "KILN_WINOGRAD", "KILN_CPU", "XDG_CACHE_HOME", "HOME")
 #: glibc mallopt parameters: freed blocks below this stay in the heap (the largest the allocator allows on
 #: 64-bit), and the heap's free top is returned to the system only above the trim threshold
 M_TRIM_THRESHOLD, M_MMAP_THRESHOLD = -1, -3
@@ -243,12 +239,6 @@ def records_path() -> Path:
     return cache_dir() / "tuning" / "records.jsonl"
 
 
-def capture_enabled() -> bool:
-    """``KILN_CAPTURE``: run an eager backward pass or optimizer step that
-    repeats step after step as one compiled module call (``kiln/nn/capture.py``)."""
-    return _switch("KILN_CAPTURE")
-
-
 def disk_cache_enabled() -> bool:
     """``KILN_DISK_CACHE``: keep compiled kernels on disk (the default) or in memory only."""
     return _switch("KILN_DISK_CACHE")
@@ -270,7 +260,6 @@ def check() -> None:
     num_threads()
     engine_workers()
     keep_memory()
-    capture_enabled()
     winograd()
     disk_cache_enabled()
     cpu_name()

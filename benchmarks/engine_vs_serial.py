@@ -54,7 +54,7 @@ def main() -> None:
 
         times = {side: [] for side in sides}
         try:
-            for _ in range(6):  # compile, and let repeated backward passes and steps be captured
+            for _ in range(6):  # compile every kernel of the step before timing
                 step()
             for _ in range(args.rounds):
                 for side, eng in sides.items():

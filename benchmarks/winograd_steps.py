@@ -4,9 +4,9 @@ For each conv case of the train suite (``kiln.bench.suites.train.CASES``):
 kiln's eager step and its compiled step (``kiln.compile``), each with
 ``KILN_WINOGRAD=0`` (direct convolutions) and with it on (the default), and
 PyTorch's eager step, timed interleaved on the same batch. Each kiln model
-takes its kernels (and its captured backward, compiled at the third step)
-under its own setting before the timing starts. Prints each side's median
-and its time over PyTorch's (below 1 kiln is faster).
+takes its kernels (and its compiled step) under its own setting before the
+timing starts. Prints each side's median and its time over PyTorch's (below
+1 kiln is faster).
 
 Run: ``python benchmarks/winograd_steps.py [--repeat 10] [--cases cnn,zoo]``
 (a case is chosen by a word of its name).
@@ -23,7 +23,7 @@ from kiln.bench.suites.train import CASES, compiled_step, kiln_step, torch_step
 from kiln.bench.timing import calls_sampler, compare
 from kiln.bench.twins import torch_twin
 
-WARM = 4  # steps run under each setting before timing: kernels chosen, the backward captured
+WARM = 4  # steps run under each setting before timing: kernels chosen and compiled
 
 
 def _under(setting: str, make_step):

@@ -8,7 +8,7 @@ The first call with a new signature (the arguments' shapes and dtypes) runs
 eagerly while ``nn/record.py`` records it — the function, then with an
 optimizer the loss's backward and the optimizer's fused updates — into one
 graph, which ``graph.step`` compiles (pruned, fused, memory planned
-statically). Later calls of that signature run the module: the arguments,
+statically) into a ``RecordedCall`` (``nn/recorded.py``). Later calls of that signature run the module: the arguments,
 the optimizer's hyperparameters for this step and the state (parameters,
 optimizer buffers, running statistics) in; the results and the state's new
 values out. Updates recorded in place (the optimizer's) write the state's
@@ -22,20 +22,18 @@ learning-rate changes and Adam's step count apply. Gradients stay inside the
 module (parameters' ``.grad`` are left None). Dropout's masks are feeds of
 the module, drawn afresh on the host at every call from the seeded family
 (the same draws, in the same order, as eager calls). A function the recorder
-cannot capture (a data-dependent op, other host random numbers, a tensor it
+cannot record (a data-dependent op, other host random numbers, a tensor it
 keeps beyond the call) runs eagerly, with one warning saying why.
 """
 from __future__ import annotations
 
 import warnings
 
-import numpy as np
-import tvm
-
 from ..errors import AttrError, BuildError, KilnError, ShapeError
+from ..graph.step import optimize_step
 from ..runtime import engine as _engine
-from ..runtime.device import host_tensor
 from . import record
+from .recorded import Feeds, RecordedCall, record_updates
 from .tensor import Tensor, no_grad
 
 #: signatures compiled per function; another one compiles again, the oldest is dropped
@@ -51,92 +49,6 @@ class _Eager:
 
     def __init__(self, reason: str):
         self.reason = reason
-
-
-class Feeds:
-    """The feeds of a recorded call: an optimizer step's hyperparameters —
-    which feed each parameter's update read (``feed_of``) and the update it
-    was (``updates``: index -> (op, attrs)) — and random feeds (``draws``:
-    position -> a function drawing a fresh array). ``arrays(optimizer,
-    planned)`` gives this call's feeds, hyperparameters planned as an eager
-    step plans them, or None when the plan no longer matches the recorded
-    one (another op or attribute, or parameters that shared a feed now
-    differing)."""
-
-    def __init__(self, feed_of: dict, updates: dict, count: int, draws: dict | None = None):
-        self.feed_of, self.updates, self.count = feed_of, updates, count
-        self.draws = draws or {}
-        self._arrays: dict = {}  # (values, dtype) -> TVM tensor: one per distinct setting
-
-    def arrays(self, optimizer, planned) -> list | None:
-        if len(planned) != len(self.updates):
-            return None
-        values = [None] * self.count
-        for i, update in planned:
-            if self.updates.get(i) != (update.op, update.attrs):
-                return None
-            k = self.feed_of[i]
-            if values[k] is None:
-                values[k] = (update.values, optimizer.params[i].dtype)
-            elif values[k][0] != update.values:
-                return None
-        out = []
-        for k, key in enumerate(values):
-            if k in self.draws:  # drawn afresh at every call (dropout's mask)
-                out.append(self.draws[k]())
-                continue
-            array = self._arrays.get(key)
-            if array is None:
-                if len(self._arrays) > 64:
-                    self._arrays.clear()
-                array = self._arrays[key] = host_tensor(np.asarray(key[0], key[1]), tvm.cpu(0))
-            out.append(array)
-        return out
-
-    @classmethod
-    def of(cls, recorded, feed_of: dict, updates: dict) -> "Feeds":
-        """The feeds of ``recorded``, from the value each update read its hyperparameters from."""
-        feeds = recorded.graph.inputs[recorded.args:recorded.args + len(recorded.feeds)]
-        positions = {i: next(k for k, f in enumerate(feeds) if f is v) for i, v in feed_of.items()}
-        draws = {k: recorded.draws[key] for k, key in enumerate(recorded.feeds) if key in recorded.draws}
-        return cls(positions, updates, len(feeds), draws)
-
-
-def record_updates(recorder, optimizer, planned) -> tuple[dict, dict]:
-    """Apply the ``planned`` updates eagerly under ``recorder``, each one's
-    hyperparameters a feed: ``(feed_of, updates)`` for ``Feeds.of``."""
-    feed_of, updates = {}, {}
-    for i, update in planned:
-        with recorder.feeding(i):
-            optimizer.apply(i, update, optimizer.params[i].grad.detach())
-        if recorder.problem is None:  # the value the update read its hyperparameters from
-            feed_of[i] = recorder.graph.nodes[-1].inputs[-1]
-        updates[i] = (update.op, update.attrs)
-    return feed_of, updates
-
-
-class _Module:
-    """One signature's compiled step and how its inputs and outputs bind."""
-
-    def __init__(self, func, keep, recorded, feeds: Feeds):
-        self.func, self._keep = func, keep
-        self.states = recorded.states
-        self.results = recorded.results
-        self.specs = [(tuple(int(d) for d in v.shape), v.dtype) for v in recorded.graph.outputs[:self.results]]
-        self.feeds = feeds
-
-    def hypers(self, optimizer) -> list | None:
-        """This call's feeds (None: the optimizer's plan changed, trace again)."""
-        planned = optimizer.plan_step(list(self.feeds.updates)) if optimizer is not None else []
-        return self.feeds.arrays(optimizer, planned)
-
-    def run(self, tensors, hypers) -> list:
-        engine = _engine.default()
-        for t in tensors:
-            engine.wait_for_var(t._var)
-        outs = record.call(self.func, [t._array for t in tensors] + hypers, self.states, range(len(self.specs)))
-        return [Tensor._wrap(outs[k], engine.new_var(), shape=(s, d, "compiled"))
-                for k, (s, d) in enumerate(self.specs)]
 
 
 class Compiled:
@@ -156,10 +68,10 @@ class Compiled:
         tensors = [a if isinstance(a, Tensor) else Tensor(a) for a in args]
         key = tuple((t.shape, t.dtype) for t in tensors)
         step = self._steps.get(key)
-        if isinstance(step, _Module):
-            hypers = step.hypers(self.optimizer)
-            if hypers is not None:
-                return self._unpack(step.run(tensors, hypers))
+        if isinstance(step, RecordedCall):
+            feeds = step.feed_arrays(self.optimizer)
+            if feeds is not None:
+                return self._unpack(self._replay(step, tensors, feeds))
             step = None  # the optimizer's plan changed (another op or attribute): trace it again
         if step is None:
             return self._trace(key, tensors)
@@ -168,7 +80,16 @@ class Compiled:
     @property
     def signatures(self) -> int:
         """How many signatures are compiled (not counting those that run eagerly)."""
-        return sum(isinstance(s, _Module) for s in self._steps.values())
+        return sum(isinstance(s, RecordedCall) for s in self._steps.values())
+
+    @staticmethod
+    def _replay(step: RecordedCall, tensors, feeds) -> list:
+        """The compiled call on ``tensors`` (waited for) and ``feeds``, its results as Tensors."""
+        engine = _engine.default()
+        for t in tensors:
+            engine.wait_for_var(t._var)
+        outs = step([t._array for t in tensors] + feeds)
+        return [Tensor._wrap(a, engine.new_var(), shape=(s, d, "compiled")) for a, (s, d) in zip(outs, step.specs)]
 
     def _unpack(self, results):
         return results[0] if self._single else tuple(results)
@@ -208,8 +129,6 @@ class Compiled:
         compiles to, without compiling it: what ``kiln.autotune.extract``
         reads. The call runs once, eagerly (a training step's update is
         applied). Raises ``BuildError`` when the call cannot be compiled."""
-        from ..graph.step import optimize_step
-
         tensors = [a if isinstance(a, Tensor) else Tensor(a) for a in args]
         recorded = self._record(tensors)[0]
         if recorded.problem is not None:
@@ -219,20 +138,15 @@ class Compiled:
 
     def _record(self, tensors):
         """One eager call under a recorder: ``(recorded, results, feed_of, updates)``."""
-        recorder = record.start()
-        try:
-            for t in tensors:
-                recorder.arg(t)
+        with record.recording(tensors) as recorder:
             results, feed_of, updates = self._eager(tensors, recorder)
-        finally:
-            record.stop()
         return recorder.finish(results), results, feed_of, updates
 
     def _trace(self, key, tensors):
         recorded, results, feed_of, updates = self._record(tensors)
         if recorded.problem is None:
             try:
-                step = self._build(recorded, feed_of, updates)
+                step = RecordedCall(recorded, Feeds.of(recorded, feed_of, updates), self.target, self.winograd)
             except KilnError as exc:
                 recorded.problem = f"it could not be compiled: {exc}"
         if recorded.problem is not None:
@@ -246,11 +160,6 @@ class Compiled:
         self._steps[key] = step
         return self._unpack(results)
 
-    def _build(self, recorded, feed_of, updates) -> _Module:
-        feeds = Feeds.of(recorded, feed_of, updates)
-        func, keep = record.compile_recorded(recorded, self.target, self.winograd)
-        return _Module(func, keep, recorded, feeds)
-
 
 def compile(fn=None, optimizer=None, *, target=None, winograd: bool | None = None):  # noqa: A001 - torch.compile's name
     """Compile ``fn`` (Tensors in, a Tensor or a tuple of Tensors out) into one
@@ -261,7 +170,7 @@ def compile(fn=None, optimizer=None, *, target=None, winograd: bool | None = Non
     optimizer's parameters, then the optimizer's update, in place. Returns
     ``fn``'s results, detached. Usable as a decorator: ``@kiln.compile``.
     3x3 stride-1 convolutions and their data gradients run as Winograd
-    convolutions (``graph.winograd``: rounding of about 1e-6 to 1e-5 of the
+    convolutions (``kiln.strategy.conv2d``: rounding of about 1e-6 to 1e-5 of the
     output, where the direct kernel's is 1e-6), as eager ops run them;
     ``winograd=False`` keeps them direct (default: ``KILN_WINOGRAD``, on).
     """

@@ -23,7 +23,6 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from ..errors import AttrError
-from . import capture as _capture
 from .tensor import Tensor, no_grad
 
 
@@ -42,9 +41,9 @@ class Optimizer:
 
     def step(self) -> None:
         """Update every parameter that has a gradient, one fused kernel each."""
-        with no_grad():  # one module call once the same step repeats (nn/capture.py)
-            _capture.step(self, self.plan_step(), lambda i, update: self.apply(i, update,
-                                                                             self.params[i].grad.detach()))
+        with no_grad():
+            for i, update in self.plan_step():
+                self.apply(i, update, self.params[i].grad.detach())
 
     def plan_step(self, indices=None) -> list:
         """Begin a step and plan the update of each parameter in ``indices``

@@ -24,6 +24,8 @@ An array the run reads before any op made it is one of:
 A Tensor made by an op during the run that outlives it (other than a returned
 one), or an op whose output length depends on its data, makes the run
 *untraceable*: ``Recorded.problem`` says why, and the caller runs eagerly.
+What a traceable run left is compiled and replayed by ``RecordedCall``
+(``nn/recorded.py``).
 """
 from __future__ import annotations
 
@@ -34,10 +36,9 @@ import weakref
 from dataclasses import dataclass, field
 
 import numpy as np
-import tvm
 
+from ..errors import BuildError
 from ..graph.ir import Graph, Value
-from ..runtime import engine as _engine
 
 _active: "Recorder | None" = None
 
@@ -55,7 +56,7 @@ class State:
     array: object
     owners: list
     out: int | None = None
-    inplace: bool = False  # the module writes the new value over the old one (``compile_recorded``)
+    inplace: bool = False  # the module writes the new value over the old one (``RecordedCall``)
 
 
 @dataclass
@@ -229,65 +230,18 @@ class Recorder:
         return out
 
 
-def compile_recorded(recorded: Recorded, target=None, winograd: bool | None = None):
-    """The recorded graph compiled into one module (``graph.step``, which
-    rewrites the graph), its states marked in place: ``(function, what keeps
-    its code alive)``."""
-    from ..graph.step import compile_graph
-
-    func, keep = compile_graph(recorded.graph, target, winograd)
-    _mark_in_place(recorded)
-    return func, keep
-
-
-def _mark_in_place(recorded: Recorded) -> None:
-    """After the graph's passes: mark each state whose new value the module
-    writes over its own input (``Graph.writes_inputs``), which keeps its
-    memory, so its owners need not take the output."""
-    graph = recorded.graph
-    for state in recorded.states:
-        if state.out is None:
-            continue
-        value = graph.outputs[state.out]
-        node = value.node
-        state.inplace = bool(node is not None and graph.writes_inputs(node)
-                             and node.inputs[node.op.inplace[node.outputs.index(value)]] is state.value)
-
-
-def call(func, arrays: list, states: list, wanted=()) -> dict:
-    """Run a recorded module: ``arrays`` (the arguments and feeds, ready),
-    then each state's current array (waited for); give the owners of each
-    state not written in place its new array. Returns the outputs at the
-    indices ``wanted`` (index -> array): only those are taken from the
-    module's result tuple (a step's has every state's new value, and each
-    item taken costs a call through the FFI; those written in place are
-    never needed)."""
-    engine, ins = _engine.default(), list(arrays)
-    for state in states:
-        if state.owners:
-            owner = state.owners[0]
-            engine.wait_for_var(owner._var)
-            ins.append(owner._array)
-        else:
-            ins.append(state.array)
-    result = func(*ins)
-    single = isinstance(result, tvm.runtime.Tensor)
-    for state in states:
-        if state.out is not None and not state.inplace:
-            state.array = result if single else result[state.out]
-            for owner in state.owners:
-                owner._array = state.array
-    return {k: result if single else result[k] for k in wanted}
-
-
-def start() -> Recorder:
+@contextlib.contextmanager
+def recording(args):
+    """A new recorder, active within the block, whose arguments are the
+    Tensors ``args``; ``finish`` it after the block."""
     global _active
     if _active is not None:
-        raise RuntimeError("a compiled function is already being traced in this process")
-    _active = Recorder()
-    return _active
-
-
-def stop() -> None:
-    global _active
-    _active = None
+        raise BuildError("a compiled function is already being traced in this process: kiln.compile calls do "
+                         "not nest", where="kiln.compile", arg="fn")
+    recorder = _active = Recorder()
+    try:
+        for t in args:
+            recorder.arg(t)
+        yield recorder
+    finally:
+        _active = None

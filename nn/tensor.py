@@ -38,7 +38,6 @@ from ..runtime import pool as _pool
 from ..runtime.device import host_tensor
 from ..te import call, get_op
 from ..te.value import ValueOps
-from . import capture as _capture
 from . import record as _recording
 from .autograd import _state as _grad_state
 from .autograd import (_Node, _record, _topological, grad_enabled, keep_all_for_backward,  # noqa: F401
@@ -324,22 +323,14 @@ def _check_inplace(op, tensors, outs, specs) -> None:
 
 
 def backprop(root: Tensor, out_grad: Tensor) -> None:
-    """Reverse-mode sweep from ``root``. Gradients over fan-out are summed:
-    the first sum allocates a buffer, later ones add to it in place (add-to).
-    A sweep repeated step after step runs as one compiled module call
-    (``nn/capture.py``)."""
+    """Reverse-mode sweep from ``root``, one gradient op at a time. Gradients
+    over fan-out are summed: the first sum allocates a buffer, later ones add
+    to it in place (add-to). With ``create_graph`` (grad enabled) the
+    gradient's own graph is recorded, op by op."""
     root_node, root_index = root._edge() if root.requires_grad else (None, 0)
     if root_node is None:
         return
     order = _topological(root_node)
-    if grad_enabled():  # create_graph: the gradient's own graph is recorded, op by op
-        _sweep(order, root_node, root_index, out_grad)
-    else:
-        _capture.backward(order, root_node, root_index, out_grad,
-                          lambda: _sweep(order, root_node, root_index, out_grad))
-
-
-def _sweep(order, root_node, root_index, out_grad) -> None:
     grads: dict[int, list] = {}
     owned: set[int] = set()  # gradient sums made here: nobody else holds them, so add to them in place
 

@@ -82,9 +82,10 @@ def test_replay_launches_no_kernel_and_retraces_on_a_new_batch(monkeypatch):
     assert _state_gap(eager, compiled) < 1e-5
 
 
-def test_adam_steps_and_learning_rate_changes_apply_each_call():
+def test_adam_steps_learning_rate_changes_and_new_parameter_memory_apply_each_call():
     """The optimizer's bookkeeping (Adam's step count, a new lr) runs in
-    Python at every call and reaches the module as its hyperparameters."""
+    Python at every call and reaches the module as its hyperparameters; a
+    parameter given new memory (``.data =``) is read from it at the next call."""
     eager, compiled = _twins("mlp")
     loss_fn = nn.SoftmaxLoss()
     opt_e, opt_c = nn.optim.Adam(eager.parameters(), lr=0.01), nn.optim.Adam(compiled.parameters(), lr=0.01)
@@ -92,6 +93,8 @@ def test_adam_steps_and_learning_rate_changes_apply_each_call():
     for k, (x, y) in enumerate(_batches(SHAPES["mlp"], 12, 16)):
         if k == 6:
             opt_e.lr = opt_c.lr = 0.002
+            for model in (eager, compiled):
+                model.parameters()[0].data = model.parameters()[0].numpy() * 0.5
         want = _eager_step(eager, opt_e, loss_fn, x, y)
         assert float(step(x, y).numpy()) == pytest.approx(want, rel=1e-5, abs=1e-6)
     assert opt_c.t == opt_e.t == 12

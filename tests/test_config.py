@@ -16,7 +16,7 @@ from kiln.runtime import Predictor
 BAD = [("KILN_NUM_THREADS", "abc"), ("KILN_NUM_THREADS", "0"), ("KILN_NUM_THREADS", "100000"),
        ("KILN_NUM_THREADS", "-2"), ("KILN_NUM_THREADS", "2.5"), ("TVM_NUM_THREADS", "many"),
        ("KILN_ENGINE", "bogus"), ("KILN_ENGINE", "0"), ("KILN_ENGINE", "100000"), ("KILN_DISK_CACHE", "maybe"),
-       ("KILN_KEEP_MEMORY", "sometimes"), ("KILN_CAPTURE", "maybe"), ("KILN_WINOGRAD", "perhaps"),
+       ("KILN_KEEP_MEMORY", "sometimes"), ("KILN_WINOGRAD", "perhaps"),
        ("KILN_CPU", "Zen 3"), ("KILN_CPU", "native;rm")]
 
 

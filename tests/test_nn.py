@@ -43,6 +43,18 @@ def test_higher_order_gradients():
     np.testing.assert_allclose(a.grad.numpy(), 6 * a.numpy())
 
 
+def test_gradients_accumulate_across_backward_calls_and_skip_unreached_leaves():
+    """Without clearing ``.grad``, each backward sums into it (the second
+    allocates the sum, later ones add in place); a leaf the loss does not
+    reach keeps ``.grad`` None."""
+    w = t([1.0, 2.0, 3.0], grad=True)
+    unused = t(np.ones(3), grad=True)
+    for k in range(1, 5):
+        (w * w).sum().backward()
+        assert unused.grad is None
+        np.testing.assert_allclose(w.grad.numpy(), np.array([2.0, 4.0, 6.0]) * k)
+
+
 def test_detach_no_grad_and_data_setter():
     a = t([1.0, 2.0], grad=True)
     assert a.detach().requires_grad is False
