@@ -1,20 +1,25 @@
 """Export a model's forward as one compiled module.
 
-``export(model, example, path)`` traces the model's eval-mode forward into a
-``Graph`` (``graph.trace``), optimizes it — affine chains such as eval
-BatchNorm folded into the conv/dense weights (``graph.fold``), elementwise
-consumers fused into their producers (``graph.fuse``), constant weights
-packed into their kernel's layout or transformed for a Winograd convolution
-(``graph.implement``: what ``kiln.strategy`` chooses), a channel-blocked
-layout carried from convolution to convolution (``graph.layout``) — and lowers it to a
-Relax module of kiln-scheduled kernels (``graph.lower``), compiled with
-``tvm.compile`` and written as one shared library with ``export_library``.
+``export(model, example, path)`` is three steps, each public for a graph
+that did not come from a traced model (a frontend's): ``trace`` the model's
+eval-mode forward into a ``Graph`` (``graph.trace``); ``optimize`` it —
+affine chains such as eval BatchNorm folded into the conv/dense weights
+(``graph.fold``), elementwise consumers fused into their producers
+(``graph.fuse``), constant weights packed into their kernel's layout or
+transformed for a Winograd convolution (``graph.implement``: what
+``kiln.strategy`` chooses), a channel-blocked layout carried from
+convolution to convolution (``graph.layout``); and ``build_library``: lower
+it to a Relax module of kiln-scheduled kernels (``graph.lower``, one entry
+function per batch range: ``graph.entries``), compile it (``graph.module``)
+and write it as one shared library with ``export_library``.
 
 The file holds everything: the kernels, the weights (as constants of the
 Relax program), and a ``kiln_metadata`` function returning UTF-8 JSON bytes
-with the format name, the input shape (``null`` for a dynamic batch dim), the
-input dtype and the kiln and TVM versions. ``kiln.runtime.Predictor`` needs
-only TVM to run it.
+in format ``kiln-model-2`` (``runtime/metadata.py``): the inputs and outputs
+(names, shapes with ``null`` for the batch dim, dtypes), what a call returns,
+the CPU and instruction sets the kernels were built for, the entry functions,
+and the kiln and TVM versions. ``kiln.runtime.Predictor`` needs only TVM to
+run it.
 """
 from __future__ import annotations
 
@@ -22,20 +27,25 @@ from pathlib import Path
 
 import numpy as np
 import tvm
-from tvm.relax.backend.cpu_generic import pipeline as cpu_pipeline
 
-from ..errors import ExportError, KilnError, tvm_message
+from ..errors import ExportError
 from ..outputs import atomic_path, check_output_path
+from ..runtime.build import tuned_batch_sizes, tuned_config
 from ..runtime.device import as_target
+from ..runtime.metadata import FORMAT
+from ..te.shapes import is_static
 from ..version import __version__
 from .fold import fold_affine
 from .fuse import fuse_epilogues, fuse_pools, fuse_prologues
-from .layout import block_layouts
 from .implement import implement
+from .ir import Graph
+from .layout import block_layouts
 from .lower import build_module, kernel_nodes, node_workload
+from .module import compile_module
 from .trace import trace
 
-FORMAT = "kiln-model-1"
+#: the most batch sizes an export compiles entries of their own for
+MAX_TUNED_BATCHES = 4
 
 
 def optimize(graph, target=None, winograd: bool = True):
@@ -55,33 +65,20 @@ def optimize(graph, target=None, winograd: bool = True):
     return graph
 
 
-@tvm.transform.module_pass(opt_level=0, name="kiln.MarkNoAlias")
-def _mark_noalias(mod, _ctx):
-    """Mark the VM's shape function ``tirx.noalias`` like the kernels: TVM
-    gives a module's kernels their ``noalias``, 64-byte-aligned inner function
-    only when every PrimFunc in it has the attribute, and without it LLVM
-    cannot keep a register tile's accumulators in registers (the exported
-    dense and conv kernels ran 2-3x slower than the same kernels built alone).
-    The shape function writes one buffer, so the promise holds."""
-    for gv, func in list(mod.functions_items()):
-        if isinstance(func, tvm.tirx.PrimFunc) and not func.attrs.get("tirx.noalias", False):
-            mod[gv] = func.with_attr("tirx.noalias", True)
-    return mod
-
-
-#: the most batch sizes an export compiles entries of their own for
-MAX_TUNED_BATCHES = 4
-
-
 def export(model, example, path, dynamic_batch: bool = True, target=None, batches=None) -> Path:
     """Compile ``model``'s eval-mode forward into one shared library at ``path``.
 
     Parameters
     ----------
     model : kiln.nn.Module (or any callable made of kiln ops)
-    example : array-like
-        An input of the right shape and dtype; with ``dynamic_batch`` its first
-        dim becomes symbolic, so the module serves any batch size.
+        Its forward returns one tensor, a tuple or list of them, or a dict of
+        them (named outputs; ``Predictor`` then returns a dict).
+    example : array-like, tuple of them, or dict of them by name
+        Inputs of the right shapes and dtypes: one array (the input ``x``),
+        the forward's positional arguments (named after its parameters), or
+        its keyword arguments (``graph.trace``). With ``dynamic_batch`` the
+        first dim of every input becomes the one symbolic batch (they must
+        agree on it), so the module serves any batch size.
     path : str or Path
         Written atomically (temporary file, then rename); checked before
         compiling (``OutputError`` for a directory or an unwritable folder).
@@ -104,55 +101,101 @@ def export(model, example, path, dynamic_batch: bool = True, target=None, batche
     ``export(model, example, path)``.
     """
     path = check_output_path(path, "path")
-    example = np.asarray(example.numpy() if hasattr(example, "numpy") else example)
-    if example.ndim == 0:
-        raise ExportError("got a 0-d example, expected a batch", where="kiln.export", arg="example")
-    target = as_target(target)
-    if target.kind != "cpu":
-        raise ExportError(f"got target {target.kind}, expected the CPU: an exported module runs on the CPU "
-                          "(Predictor); CUDA kernels are built and tuned one op at a time (kiln.build, kiln tune OP "
-                          "--target cuda)", where="kiln.export", arg="target")
-    batches = None if batches is None else _check_batches(batches)
-    graph = inference_graph(model, example, target, dynamic_batch)
-    meta = {"format": FORMAT, "input_shape": [None if dynamic_batch and i == 0 else int(d)
-                                              for i, d in enumerate(example.shape)],
-            "input_dtype": str(example.dtype), "kiln": __version__, "tvm": tvm.__version__,
-            # the CPU the kernels were built for, and the instruction sets they may use (Predictor checks them)
-            "cpu": target.mcpu, "isa": sorted(target.isa),
-            # the kernels read the input at any address its dtype allows (graph/align.py)
-            "input_align": int(example.dtype.itemsize)}
-    if batches is None:
-        batches = tuned_batches(graph, target) if dynamic_batch else ()
-    executable = compile_module(build_module(graph, meta, target, dynamic_batch, batches), target)
-    with atomic_path(path, suffix=".so") as tmp:  # an OSError becomes an OutputError naming the path
-        executable.export_library(tmp)
-    return path
+    target = _cpu_target(target, "kiln.export")
+    batches = None if batches is None else _check_batches(batches, "kiln.export")
+    graph = inference_graph(model, example, target, dynamic_batch, where="kiln.export")
+    return build_library(graph, path, target, batches if dynamic_batch else ())
 
 
-def inference_graph(model, example: np.ndarray, target, dynamic_batch: bool = True):
+def inference_graph(model, example, target, dynamic_batch: bool = True, *, where: str = "kiln.graph.trace"):
     """``model``'s eval-mode forward on inputs like ``example``, traced (its
-    batch dim symbolic with ``dynamic_batch``) and optimized for ``target``:
-    the graph an export compiles. The model's training mode is restored."""
+    batch dim symbolic with ``dynamic_batch``; ``where`` names the caller in
+    errors) and optimized for ``target``: the graph an export compiles. The
+    model's training mode is restored."""
     was_training = getattr(model, "training", False)
     if hasattr(model, "eval"):
         model.eval()
     try:
-        graph = trace(model, example, dynamic_batch)
+        graph = trace(model, example, dynamic_batch, where=where)
     finally:
         if was_training and hasattr(model, "train"):
             model.train()
     return optimize(graph, target)
 
 
+def build_library(graph: Graph, path, target=None, batches=None) -> Path:
+    """Compile an optimized ``graph`` into one shared library at ``path``
+    (written atomically) with its metadata, and return the path.
+
+    The graph's inputs are batches: a symbolic first dim, the same variable
+    in every input that has one, makes the module serve any batch size (one
+    entry function per batch range, and one per size of ``batches``: by
+    default the sizes the tuning records hold tuned kernels of the graph
+    for). Its outputs named with ``Graph.output`` make a call return a dict.
+    ``target``: a CPU target (default: this machine's).
+    """
+    path = check_output_path(path, "path")
+    target = _cpu_target(target, "build_library")
+    meta = metadata(graph, target)
+    dynamic = any(spec["shape"][0] is None for spec in meta["inputs"])
+    if batches is None:
+        batches = tuned_batches(graph, target) if dynamic else ()
+    batches = _check_batches(batches, "build_library") if dynamic else ()
+    executable = compile_module(build_module(graph, meta, target, dynamic, batches), target)
+    with atomic_path(path, suffix=".so") as tmp:  # an OSError becomes an OutputError naming the path
+        executable.export_library(tmp)
+    return path
+
+
+def metadata(graph: Graph, target) -> dict:
+    """The ``kiln_metadata`` of ``graph``'s module built for ``target``
+    (``runtime/metadata.py``, the entries aside); ``ExportError`` for inputs
+    that are not batches or whose batch dims differ."""
+    def fail(problem: str) -> ExportError:
+        return ExportError(problem, where="build_library", arg="graph")
+
+    if not graph.inputs or not graph.outputs:
+        raise fail(f"got {len(graph.inputs)} inputs and {len(graph.outputs)} outputs, expected at least one of each")
+    batch = next((v.shape[0] for v in graph.inputs if v.shape and not is_static(v.shape[0])), None)
+    for v in graph.inputs:
+        if not v.name.isidentifier() or v.name == "out" or sum(u.name == v.name for u in graph.inputs) > 1:
+            raise fail(f"input {v.name!r}: expected an identifier of its own other than 'out' (Predictor's keyword "
+                       "for the output buffers)")
+        if not v.shape or not all(is_static(d) for d in v.shape[1:]) or not (
+                is_static(v.shape[0]) or v.shape[0].same_as(batch)):
+            raise fail(f"input {v.name!r} has shape {tuple(map(str, v.shape))}, expected a batch (N, ...) whose "
+                       "first dim alone may be symbolic, the same variable in every input")
+    named = len(graph.output_names) == len(graph.outputs) and None not in graph.output_names
+    names = graph.output_names if named else ["out"] if len(graph.outputs) == 1 else \
+        [f"out{i}" for i in range(len(graph.outputs))]
+    return {"format": FORMAT, "kiln": __version__, "tvm": tvm.__version__,
+            # the CPU the kernels were built for, and the instruction sets they may use (Predictor checks them)
+            "cpu": target.mcpu, "isa": sorted(target.isa),
+            # "align": the kernels read each input at any address its dtype allows (graph/align.py)
+            "inputs": [{**_spec(v.name, v), "align": np.dtype(v.dtype).itemsize} for v in graph.inputs],
+            "outputs": [_spec(name, v) for name, v in zip(names, graph.outputs)],
+            "returns": "dict" if named else "array" if len(graph.outputs) == 1 else "tuple"}
+
+
+def _spec(name: str, value) -> dict:
+    return {"name": name, "shape": [int(d) if is_static(d) else None for d in value.shape], "dtype": value.dtype}
+
+
+def _cpu_target(target, where: str):
+    target = as_target(target)
+    if target.kind != "cpu":
+        raise ExportError(f"got target {target.kind}, expected the CPU: an exported module runs on the CPU "
+                          "(Predictor); CUDA kernels are built and tuned one op at a time (kiln.build, kiln tune OP "
+                          "--target cuda)", where=where, arg="target")
+    return target
+
+
 def tuned_batches(graph, target) -> list[int]:
     """The batch sizes at which the tuning records hold a config for one of
     the (optimized, symbolic-batch) graph's kernels, the most tuned kernels
     first, at most ``MAX_TUNED_BATCHES``."""
-    from ..autotune.records import batch_sizes
-    from ..runtime.build import tuned_config
-
     counts = []
-    for batch in sorted(batch_sizes({n.op.name for n in kernel_nodes(graph)}, target.key)):
+    for batch in sorted(tuned_batch_sizes({n.op.name for n in kernel_nodes(graph)}, target)):
         static = graph.specialized(batch)
         tuned = sum(bool(tuned_config(node_workload(n), target)) for n in kernel_nodes(static))
         if tuned:
@@ -160,27 +203,11 @@ def tuned_batches(graph, target) -> list[int]:
     return sorted(batch for _, batch in sorted(counts)[:MAX_TUNED_BATCHES])
 
 
-def _check_batches(batches) -> tuple:
+def _check_batches(batches, where: str) -> tuple:
     try:
         batches = tuple(batches)
     except TypeError:
         batches = None
     if batches is None or not all(type(b) is int and b >= 1 for b in batches) or len(set(batches)) != len(batches):
-        raise ExportError(f"got {batches!r}, expected distinct batch sizes >= 1", where="kiln.export", arg="batches")
+        raise ExportError(f"got {batches!r}, expected distinct batch sizes >= 1", where=where, arg="batches")
     return batches
-
-
-def compile_module(mod, target):
-    """The Relax module of scheduled kernels compiled for ``target`` (an executable)."""
-    with target.tvm:
-        pipeline = tvm.transform.Sequential(
-            cpu_pipeline.dataflow_lower_passes(target.tvm)
-            + cpu_pipeline.finalize_passes(target.tvm) + [_mark_noalias])
-    try:
-        executable = tvm.compile(mod, target=target.tvm, relax_pipeline=pipeline)
-    except KilnError:
-        raise
-    except Exception as exc:  # noqa: BLE001 - TVM's compile errors are C++ tracebacks
-        raise ExportError(f"TVM could not compile the model: {tvm_message(exc, 300)}", where="kiln.export",
-                          arg="model") from exc
-    return executable

@@ -1,11 +1,13 @@
-"""The traced op graph: values, the op applications between them, and edits.
+"""The op graph: values, the op applications between them, and edits.
 
-A ``Graph`` is what a model's forward (later: a whole training step) becomes
-when it is traced through the op declarations: ``Node``s applying registered
-ops to ``Value``s, in the order they ran (a topological order). A value is a
-graph input, a constant (its numpy data is known at export: a weight, a
-folded expression) or a node's output. Passes rewrite the graph in place
-with the few edits below, each keeping the order topological.
+A ``Graph`` is what a model's forward (``graph.trace``, for export) or a
+whole training step (``nn.record``, compiled by ``graph.step``) becomes:
+``Node``s applying registered ops to ``Value``s, in the order they ran (a
+topological order). A value is a graph input, a constant (its numpy data is
+known at export: a weight, a folded expression) or a node's output. A
+frontend builds one directly with the checked ``input``, ``const``,
+``apply`` and ``output``; passes rewrite it in place with the few edits
+below, each keeping the order topological.
 """
 from __future__ import annotations
 
@@ -14,6 +16,10 @@ from dataclasses import dataclass, field
 import numpy as np
 import tvm
 from tvm.sym.analyzer import Analyzer
+
+from ..errors import DTypeError, ExportError, ShapeError
+from ..te.registry import get_op
+from ..te.shapes import DTYPES
 
 
 @dataclass(eq=False)
@@ -72,15 +78,85 @@ class Node:
 
 
 class Graph:
-    """Inputs, outputs and the nodes between them, in a topological order."""
+    """Inputs, outputs and the nodes between them, in a topological order.
+
+    ``output_names`` has one entry per output added with ``output`` (None for
+    an unnamed one); the passes keep outputs in place, so names stay in step.
+    """
 
     def __init__(self):
         self.inputs: list[Value] = []
         self.outputs: list[Value] = []
+        self.output_names: list[str | None] = []
         self.nodes: list[Node] = []
+        self._consts = 0
+
+    def input(self, name: str, shape, dtype: str) -> Value:
+        """A new graph input ``name`` (an identifier, unique among the inputs)
+        of ``shape`` (ints >= 0, or symbolic dims such as a batch
+        ``tirx.Var``) and ``dtype`` (one of ``kiln.te.DTYPES``)."""
+        if not isinstance(name, str) or not name.isidentifier():
+            raise ShapeError(f"got {name!r}, expected an identifier", where="Graph.input", arg="name")
+        if any(v.name == name for v in self.inputs):
+            raise ShapeError(f"got {name!r}, which names an input already", where="Graph.input", arg="name")
+        try:
+            dims = tuple(shape)
+        except TypeError:
+            dims = None
+        if dims is None or not all(isinstance(d, tvm.ir.expr.Expr) or (
+                isinstance(d, (int, np.integer)) and not isinstance(d, bool) and d >= 0) for d in dims):
+            raise ShapeError(f"got {shape!r} for input {name!r}, expected a sequence of ints >= 0 or symbolic "
+                             "dims", where="Graph.input", arg="shape")
+        if str(dtype) not in DTYPES:
+            raise DTypeError(f"got {dtype!r} for input {name!r}, expected one of {', '.join(DTYPES)}",
+                             where="Graph.input", arg="dtype")
+        value = Value(tuple(d if isinstance(d, tvm.ir.expr.Expr) else int(d) for d in dims), str(dtype), name=name)
+        self.inputs.append(value)
+        return value
+
+    def const(self, array, name: str = "") -> Value:
+        """A constant holding ``array`` (a contiguous copy where it is not one),
+        named ``name`` or ``c<k>``; it joins the graph when a node reads it."""
+        data = np.ascontiguousarray(array)
+        if str(data.dtype) not in DTYPES:
+            raise DTypeError(f"got an array of {data.dtype}, expected one of {', '.join(DTYPES)}",
+                             where="Graph.const", arg="array")
+        self._consts += 1
+        return Value(data.shape, str(data.dtype), data=data, name=name or f"c{self._consts - 1}")
+
+    def apply(self, op, inputs: list, attrs: dict | None = None) -> list[Value]:
+        """Append ``op`` (an ``Op`` or its name) applied to ``inputs`` (values
+        of this graph) with ``attrs``, checked as ``Op.check`` checks a call
+        (a bad shape, dtype or attribute raises the kiln error naming the op);
+        return its outputs. An op whose output length depends on the data is
+        an ``ExportError``: a compiled graph sizes every value ahead of time."""
+        op = get_op(op)
+        if op.data_dependent:
+            raise ExportError("its output's length depends on the data, and a compiled graph sizes every value "
+                              "ahead of time", op=op.name, arg="inputs")
+        inputs = list(inputs)
+        for i, v in enumerate(inputs):
+            if not isinstance(v, Value) or (v.node is None and not v.is_const
+                                            and not any(v is x for x in self.inputs)):
+                raise ShapeError(f"input {i} is {v!r}, expected a value of this graph (Graph.input, Graph.const "
+                                 "or an apply's output)", op=op.name, arg="inputs")
+        workload = op.check([v.shape for v in inputs], [v.dtype for v in inputs], attrs)
+        return self.add(op, workload.attrs, inputs, list(zip(workload.out_shapes, workload.out_dtypes))).outputs
+
+    def output(self, value: Value, name: str | None = None) -> None:
+        """Make ``value`` the graph's next output, named ``name`` (None: unnamed)."""
+        if not isinstance(value, Value):
+            raise ShapeError(f"got {value!r}, expected a value of this graph", where="Graph.output", arg="value")
+        if name is not None and (not isinstance(name, str) or not name or name in self.output_names):
+            raise ShapeError(f"got {name!r}, expected a non-empty name no other output has", where="Graph.output",
+                             arg="name")
+        self.outputs.append(value)
+        self.output_names.append(name)
 
     def add(self, op, attrs: dict, inputs: list, out_specs: list) -> Node:
-        """Append ``op(inputs)`` with outputs of ``out_specs`` ``[(shape, dtype)]``."""
+        """Append ``op(inputs)`` with outputs of ``out_specs`` ``[(shape, dtype)]``,
+        unchecked: for a caller holding the call's ``Workload`` already (a
+        recorded training step); ``apply`` checks."""
         node = Node(op, dict(attrs), list(inputs))
         node.outputs = [Value(tuple(s), str(d), node=node, name=f"{op.name}{len(self.nodes)}.{i}")
                         for i, (s, d) in enumerate(out_specs)]
@@ -171,6 +247,7 @@ class Graph:
         out.inputs = [copy(v) for v in self.inputs]
         out.nodes = [copy_node(node) for node in self.nodes]
         out.outputs = [copy(v) for v in self.outputs]
+        out.output_names = list(self.output_names)
         return out
 
     def constants(self) -> list[Value]:

@@ -5,7 +5,7 @@ elementwise consumers into their producers (``graph.fuse``), runs 3x3
 stride-1 convolutions and their data gradients as Winograd convolutions
 (``graph.implement``: what ``kiln.strategy`` chooses), lowers the graph to one Relax function of
 kiln-scheduled kernels (``graph.lower``) and compiles it with the
-exporter's pipeline, whose static memory planning reuses the
+exporter's pipeline (``graph.module``), whose static memory planning reuses the
 intermediates' buffers. A call is one VM call: the inputs in, the outputs
 (a tuple when several) back. The passes that need constant
 weights (folding, pre-packing, blocked layouts) have nothing to do in a
@@ -33,15 +33,16 @@ from ..runtime.device import as_target, check_runs_here
 from ..schedules import config_key
 from ..te.workload import digest
 from ..version import __version__
-from .export import compile_module
+from .entries import static_config
 from .fuse import fuse_epilogues
 from .ir import Graph
 from .implement import implement
-from .lower import kernel_nodes, node_workload, schedule_kernels, static_config, to_relax, tuned_of
+from .lower import kernel_nodes, node_workload, schedule_kernels, to_relax, tuned_of
+from .module import compile_module
 
 
-class _Module:
-    """A compiled module as the kernel cache holds it (``module``: the
+class _StepExecutable:
+    """A compiled step as the kernel cache holds it (``module``: the
     executable, or the library it was stored as)."""
 
     def __init__(self, module):
@@ -56,10 +57,11 @@ def compile_graph(graph: Graph, target=None, winograd: bool | None = None):
 
     def build():
         mod, kernels = to_relax(graph, "main")
-        executable = compile_module(schedule_kernels(mod, kernels, target, static_config), target)
-        return _Module(executable), executable
+        executable = compile_module(schedule_kernels(mod, kernels, target, static_config), target,
+                                    where="compiled step")
+        return _StepExecutable(executable), executable
 
-    held = cache.get(graph_key(graph, target), _Module, build)
+    held = cache.get(graph_key(graph, target), _StepExecutable, build)
     check_runs_here(target, where="compiled step")
     vm = relax.VirtualMachine(held.module, tvm.cpu())
     return vm["main"], (held, vm)

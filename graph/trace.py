@@ -1,7 +1,16 @@
-"""Trace a model's forward into a ``Graph``: the model runs once on a symbolic
-value whose every op is recorded instead of computed (needs nothing from nn:
-any callable made of kiln ops traces)."""
+"""Trace a model's forward into a ``Graph``: the model runs once on symbolic
+values whose every op is recorded instead of computed (needs nothing from nn:
+any callable made of kiln ops traces).
+
+The example gives the forward's arguments: one array (the one input, named
+``x``), a tuple or list of arrays (positional arguments, named after the
+forward's parameters), or a dict of arrays (keyword arguments by name). The
+forward returns one tensor, a tuple or list of them, or a dict of them
+(named outputs).
+"""
 from __future__ import annotations
+
+import inspect
 
 import numpy as np
 from tvm import tirx
@@ -40,33 +49,122 @@ class _Tracer:
     def const(self, source) -> Value:
         found = self._consts.get(id(source))
         if found is None:
-            data = np.ascontiguousarray(source.numpy() if hasattr(source, "numpy") else np.asarray(source))
-            value = Value(data.shape, str(data.dtype), data=data, name=f"c{len(self._consts)}")
+            value = self.graph.const(source.numpy() if hasattr(source, "numpy") else np.asarray(source))
             found = self._consts[id(source)] = (source, value)  # the source is kept so its id stays unique
         return found[1]
 
     def apply(self, op, inputs, attrs):
-        if op.data_dependent:
-            raise ExportError(f"op '{op.name}' has a data-dependent output length, which an exported module "
-                              "cannot size ahead of time", op=op.name, arg="model")
         values = [v.value if isinstance(v, _Symbol) else self.const(v) for v in inputs]
-        workload = op.check([v.shape for v in values], [v.dtype for v in values], attrs)
-        node = self.graph.add(op, workload.attrs, values, list(zip(workload.out_shapes, workload.out_dtypes)))
-        outs = [_Symbol(self, v) for v in node.outputs]
+        outs = [_Symbol(self, v) for v in self.graph.apply(op, values, attrs)]
         return outs if op.multi_output else outs[0]
 
 
-def trace(model, example: np.ndarray, dynamic_batch: bool = True) -> Graph:
-    """The graph of ``model(x)`` for inputs like ``example`` (its first dim
-    symbolic with ``dynamic_batch``)."""
+def trace(model, example, dynamic_batch: bool = True, *, where: str = "kiln.graph.trace") -> Graph:
+    """The graph of ``model``'s forward on inputs like ``example``.
+
+    Parameters
+    ----------
+    model : callable made of kiln ops (a ``kiln.nn.Module``)
+    example : array-like, tuple/list of them, or dict of them by name
+        One input (named ``x``); the forward's positional arguments (named
+        after its parameters where its signature says, else ``in0``,
+        ``in1``...); or its keyword arguments (the dict's keys, identifiers),
+        in the order of the forward's parameters. Each is an array of at
+        least one dim.
+    dynamic_batch : bool
+        Every input's first dim becomes the one symbolic batch, so the inputs
+        must agree on it.
+    where : str
+        The function named in errors (``kiln.export`` passes its own name).
+
+    The graph's inputs carry the names, its outputs the forward's structure:
+    one unnamed output for a tensor, one per item of a tuple or list,
+    ``output_names`` from a dict's keys.
+    """
+    names, arrays, call = _arguments(model, example, where)
+    batch = None
+    if dynamic_batch:
+        firsts = {name: a.shape[0] for name, a in zip(names, arrays)}
+        if len(set(firsts.values())) > 1:
+            shown = ", ".join(f"{n} {d}" for n, d in firsts.items())
+            raise ExportError(f"the inputs' first dims differ ({shown}), expected one batch size: with "
+                              "dynamic_batch the first dim of every input is the batch", where=where, arg="example")
+        batch = tirx.Var("batch", "int64")
     tracer = _Tracer()
-    shape = tuple(tirx.Var("batch", "int64") if dynamic_batch and i == 0 else int(d)
-                  for i, d in enumerate(example.shape))
-    x = Value(shape, str(example.dtype), name="x")
-    tracer.graph.inputs.append(x)
-    out = model(_Symbol(tracer, x))
-    if not isinstance(out, _Symbol):
-        raise ExportError("the model's forward must return one tensor computed from its input",
-                          where="kiln.export", arg="model")
-    tracer.graph.outputs.append(out.value)
+    inputs = [tracer.graph.input(name, (batch, *a.shape[1:]) if batch is not None else a.shape, str(a.dtype))
+              for name, a in zip(names, arrays)]
+    out = call([_Symbol(tracer, v) for v in inputs])
+    for name, value in _results(out, where):
+        tracer.graph.output(value, name)
     return tracer.graph
+
+
+def _arguments(model, example, where: str) -> tuple[list[str], list[np.ndarray], object]:
+    """``(input names, example arrays, call)``: ``call(values)`` runs the
+    forward on values given in the names' order."""
+    params = _parameters(model)
+    if isinstance(example, dict):
+        if not example or not all(isinstance(k, str) and k.isidentifier() for k in example):
+            raise ExportError(f"got a dict with keys {list(example)}, expected keyword arguments: one or more "
+                              "identifiers", where=where, arg="example")
+        unknown = [k for k in example if params is not None and k not in params]
+        if unknown:
+            raise ExportError(f"got {', '.join(unknown)}, which the forward does not take; its parameters: "
+                              f"{', '.join(params) or 'none'}", where=where, arg="example")
+        names = [p for p in params if p in example] if params is not None else list(example)
+        positional = params is not None and names == params[:len(names)]  # a Module's __call__ takes no keywords
+
+        def call(values):
+            return model(*values) if positional else model(**dict(zip(names, values)))
+        return names, [_array(example[n], n, where) for n in names], call
+    items = list(example) if isinstance(example, (tuple, list)) else [example]
+    if not items:
+        raise ExportError("got no inputs, expected an array, a tuple of arrays or a dict of them", where=where,
+                          arg="example")
+    if len(items) == 1:
+        names = ["x"]
+    elif params is not None and len(params) >= len(items):
+        names = params[:len(items)]
+    else:
+        names = [f"in{i}" for i in range(len(items))]
+    return names, [_array(a, n, where) for n, a in zip(names, items)], lambda values: model(*values)
+
+
+def _parameters(model) -> list[str] | None:
+    """The names of the forward's parameters that an argument can fill by
+    position, in order (None where its signature is unknown or takes
+    ``*args``)."""
+    try:
+        signature = inspect.signature(getattr(model, "forward", model))
+    except (TypeError, ValueError):
+        return None
+    params = list(signature.parameters.values())
+    if any(p.kind is p.VAR_POSITIONAL for p in params):
+        return None
+    return [p.name for p in params if p.kind in (p.POSITIONAL_ONLY, p.POSITIONAL_OR_KEYWORD)]
+
+
+def _array(value, name: str, where: str) -> np.ndarray:
+    array = np.asarray(value.numpy() if hasattr(value, "numpy") else value)
+    if array.ndim == 0:
+        raise ExportError(f"input {name!r} is 0-d, expected a batch (at least one dim)", where=where,
+                          arg="example")
+    return array
+
+
+def _results(out, where: str) -> list[tuple[str | None, Value]]:
+    """The forward's result as ``[(name or None, value)]``."""
+    if isinstance(out, _Symbol):
+        return [(None, out.value)]
+    if isinstance(out, dict):
+        items = list(out.items())
+        if not items or not all(isinstance(k, str) and k for k, _ in items):
+            items = None
+    elif isinstance(out, (tuple, list)) and out:
+        items = [(None, v) for v in out]
+    else:
+        items = None
+    if items is None or not all(isinstance(v, _Symbol) for _, v in items):
+        raise ExportError("the model's forward must return a tensor computed from its inputs, a tuple or list of "
+                          "them, or a dict of them by name", where=where, arg="model")
+    return [(k, v.value) for k, v in items]

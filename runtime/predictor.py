@@ -2,23 +2,26 @@
 
 A call is on the model's critical path (a small MLP's whole call at batch 1
 is a few µs), so ``__call__`` does only what it must in Python: the input
-checks, with everything they compare against precomputed at load; the input
+checks, with everything they compare against precomputed at load; the inputs
 passed to the kernels through DLPack without a copy. The first call at a
 batch size runs the module's VM function and records it (``replay.py``);
 later calls at that size replay its kernels on the recorded buffers without
 the VM's instructions (6 of a batch-1 MLP's 10 µs), and return a copy of the
-output. ``Predictor.profile`` times each kernel of one call.
+outputs. A model of one input and one output takes a path of its own that
+does nothing for the general case. ``Predictor.profile`` times each kernel
+of one call. The model's inputs, outputs and entry functions are read from
+its metadata (``metadata.py``: both formats).
 """
 from __future__ import annotations
 
 import json
-import sys
 import time
 from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
 import tvm
+import tvm_ffi
 from tvm import relax
 from tvm_ffi import from_dlpack
 
@@ -26,53 +29,12 @@ from .. import config
 from ..errors import AttrError, DTypeError, ExportError, ShapeError, tvm_message
 from .device import host
 from .elf import elf_problem
-from .replay import record
+from .metadata import ALIGN, choose_entry, parse_entries, read_signature
+from .replay import Replay, overlaps, record
 
-FORMAT = "kiln-model-1"
-# TVM's compiled kernels assume their buffers are 64-byte aligned (they use aligned vector loads: an
-# unaligned input crashes the process). An export declares how its kernels read the input
-# ("input_align", graph/align.py: the dtype's size); a module without it gets inputs copied to 64 bytes
-ALIGN = 64
 DLPACK_VERSION = (1, 0)  # the versioned protocol carries a read-only flag, so read-only arrays export too
 MAX_PLANS = 4  # batch sizes whose recorded calls (and buffers) a Predictor keeps; the oldest goes first
 _UNRECORDED = object()
-
-
-def parse_entries(meta: dict) -> list[tuple[int, int, str]]:
-    """The model's entry functions as ``(lowest, highest batch, name)``, in
-    the order to try.
-
-    ``meta["entries"]`` (optional) lists ``{"name": ...}`` with either
-    ``"batch"`` (the entry serves that batch size alone: kernels compiled for
-    it, tuned ones where records existed) or ``"max_batch"`` (optional: it
-    serves batches up to that; without either it serves any). Without the
-    list, ``main`` serves every batch. Raises ``ExportError`` for a malformed
-    list.
-    """
-    entries = meta.get("entries", [{"name": "main"}])
-    if not isinstance(entries, list) or not entries:
-        raise ExportError(f"metadata 'entries' is {entries!r}, expected a non-empty list", where="Predictor",
-                          arg="path")
-    parsed = []
-    for entry in entries:
-        limits = [entry.get(k) for k in ("batch", "max_batch")] if isinstance(entry, dict) else [None]
-        if (not isinstance(entry, dict) or not isinstance(entry.get("name"), str) or None not in limits
-                or any(v is not None and (type(v) is not int or v < 1) for v in limits)):
-            raise ExportError(f"metadata entry {entry!r} is not {{'name': str, 'batch' or 'max_batch': int >= 1 "
-                              "(optional)}", where="Predictor", arg="path")
-        exact, limit = limits
-        parsed.append((exact or 1, exact or limit or sys.maxsize, entry["name"]))
-    return parsed
-
-
-def choose_entry(entries: list[tuple[int, int, str]], batch: int) -> str:
-    """The first entry that serves ``batch``; ``ShapeError`` when none does
-    (the model was exported for smaller batches only)."""
-    for low, high, name in entries:
-        if low <= batch <= high:
-            return name
-    raise ShapeError(f"got a batch of {batch}, the model serves batches up to {max(e[1] for e in entries)}",
-                     where="Predictor", arg="x")
 
 
 @dataclass
@@ -107,17 +69,26 @@ class Profile:
 class Predictor:
     """Load an exported model and run it on numpy batches.
 
+    ``predictor(x)`` for a model of one input; ``predictor(ids, mask)`` (in
+    the order of ``inputs``) or ``predictor(ids=..., mask=...)`` for several.
+    A call returns the one output as an array, several as a tuple, and the
+    outputs of a model whose forward returned a dict as a dict by name.
+    ``inputs`` and ``outputs`` describe them (``metadata.Spec``: name, shape
+    with ``None`` for a dim the batch sets, dtype).
+
     Load only files you trust: an exported model is a shared library, and
     loading it runs its native code (a library's constructors run as it is
     loaded, before kiln can check that it is a kiln model at all). A file from
     someone else can do anything your user can.
 
     A Predictor serves one thread at a time (the VM and the aligned input
-    buffer are its own); make one per thread to run models concurrently.
+    buffers are its own); make one per thread to run models concurrently.
 
     Raises ``ExportError`` for a missing, truncated or foreign file,
-    ``ShapeError``/``DTypeError`` for inputs the model was not built for, and
-    ``ConfigError`` for an invalid ``KILN_NUM_THREADS`` (``kiln.config``).
+    ``ShapeError``/``DTypeError`` naming the input for inputs the model was
+    not built for (a missing or unknown one, another dtype or shape, inputs
+    that disagree on the batch), and ``ConfigError`` for an invalid
+    ``KILN_NUM_THREADS`` (``kiln.config``).
     """
 
     def __init__(self, path):
@@ -138,90 +109,159 @@ class Predictor:
             self.meta = json.loads(bytes(self.vm["kiln_metadata"]().numpy()).decode())
         except Exception as exc:  # noqa: BLE001 - any module without kiln's metadata is foreign
             raise ExportError(f"{self.path} is not a kiln model", where="Predictor", arg="path") from exc
-        if self.meta.get("format") != FORMAT:
-            raise ExportError(f"{self.path} has format {self.meta.get('format')!r}, expected {FORMAT!r}",
-                              where="Predictor", arg="path")
+        signature = read_signature(self.meta, self.path)
         missing = sorted(set(self.meta.get("isa", ())) - host().isa)
         if missing:  # calling it would die of an illegal instruction
             raise ExportError(f"{self.path} was built for {self.meta.get('cpu')}, whose {', '.join(missing)} this "
                               f"CPU ({host().mcpu}) lacks: export it again on this machine, or with "
                               f"KILN_CPU={host().mcpu}", where="Predictor", arg="path")
-        self.input_shape = tuple(self.meta["input_shape"])
-        self.input_dtype = self.meta["input_dtype"]
-        if None in self.input_shape[1:]:
-            raise ExportError(f"{self.path} has input shape {self.input_shape}: only the batch dim may be symbolic",
-                              where="Predictor", arg="path")
+        self.inputs, self.outputs = signature.inputs, signature.outputs
         self._entries = parse_entries(self.meta)
         try:  # looked up once: a lookup costs about a microsecond per call
             self._funcs = {name: self.vm[name] for _, _, name in self._entries}
         except Exception as exc:  # noqa: BLE001 - a missing function is a TVM error
             raise ExportError(f"{self.path} lacks an entry function its metadata lists: {tvm_message(exc, 200)}",
                               where="Predictor", arg="path") from exc
-        # what each call compares against
-        self._dtype = np.dtype(self.input_dtype)
-        self._rank, self._batch, self._tail = len(self.input_shape), self.input_shape[0], self.input_shape[1:]
-        self._align = self.meta.get("input_align", ALIGN)
-        if type(self._align) is not int or self._align < 1:
-            raise ExportError(f"{self.path} has input_align {self._align!r}, expected a positive int",
-                              where="Predictor", arg="path")
-        self._staged = None  # (array, its tensor): the aligned copy of an input TVM cannot take as it is
+        # what each call compares against: per input (dtype, rank, fixed batch or None, the other dims)
+        self._expect = [(np.dtype(s.dtype), len(s.shape), s.shape[0], s.shape[1:]) for s in self.inputs]
+        self._aligns = list(signature.aligns)
+        self._names = [s.name for s in self.inputs]
+        self._batched = [i for i, s in enumerate(self.inputs) if s.shape[0] is None]
+        self._returns, self._out_names = signature.returns, [s.name for s in self.outputs]
+        self._simple = len(self.inputs) == 1 and self._returns == "array"  # the one-input, one-output path
+        self._staged = [None] * len(self.inputs)  # per input (array, its tensor): an aligned copy TVM can take
         self._library = next((m for m in self._lib.imports if m.kind == "library"), None)  # the kernels
         self._plans: dict = {}  # batch -> its recorded call (a Replay), or None where the VM runs it
         self._recorder = None  # the VM that records calls (its own: the hook stays set)
 
-    def __call__(self, x, out: np.ndarray | None = None) -> np.ndarray:
-        """The model's output for the batch ``x``; written into ``out`` (and
-        ``out`` returned) when given: a writable C-contiguous array of the
-        output's shape and dtype.
+    def __call__(self, *args, out=None, **named):
+        """The model's outputs for the batch given as ``args`` (the inputs in
+        order) and/or ``named`` (inputs by name).
 
-        ``x`` is read in place when it is C-contiguous (and, for a module
+        ``out``, when given, receives the outputs and is returned: for one
+        output a writable C-contiguous array of its shape and dtype; for
+        several, a tuple or list of such arrays in output order (a dict by
+        output name where the model returns a dict).
+
+        An input is read in place when it is C-contiguous (and, for a module
         exported before kernels read unaligned input, 64-byte aligned), else
-        copied once into an aligned buffer. The returned array owns its
-        memory: later calls never change it.
+        copied once into an aligned buffer. The returned arrays own their
+        memory: later calls never change them.
         """
-        x = np.asarray(x)
-        self._check(x)
-        plan = self._plans.get(x.shape[0], _UNRECORDED)
-        if plan is _UNRECORDED:
-            arg = self._argument(x)
-            result, plan = self._record(x.shape[0], arg)
-        elif plan is None:
-            arg = self._argument(x)
-            result = self._funcs[choose_entry(self._entries, x.shape[0])](arg)
+        if self._simple and len(args) == 1 and not named:
+            x = np.asarray(args[0])
+            self._check(x)
+            plan = self._plans.get(x.shape[0], _UNRECORDED)
+            if type(plan) is Replay:  # the common call: replayed, and the output copied out of the plan
+                view = plan(lambda i, shape: self._argument(x, shape))[0]
+                if out is None:
+                    return view.copy()
+                self._check_out(out, view, "out")
+                np.copyto(out, view)
+                return out
+            arrays, batch = [x], x.shape[0]
         else:
-            plan(lambda shape: self._argument(x, shape))
+            arrays, batch = self._gather(args, named)
+        return self._deliver(*self._run(arrays, batch), out)
+
+    def _gather(self, args: tuple, named: dict) -> tuple[list, int]:
+        """The inputs in order as arrays, checked, and the batch size."""
+        names = ", ".join(self._names)
+        if len(args) > len(self._names):
+            raise ShapeError(f"got {len(args)} inputs, expected {len(self._names)} ({names})", where="Predictor",
+                             arg="inputs")
+        given = dict(zip(self._names, args))
+        for name, value in named.items():
+            if name not in self._names or name in given:
+                problem = f"input {name!r} twice (by position and by name)" if name in given else \
+                    f"an unknown input {name!r}; the model's inputs: {names}"
+                raise ShapeError(f"got {problem}", where="Predictor", arg=name)
+            given[name] = value
+        missing = [name for name in self._names if name not in given]
+        if missing:
+            raise ShapeError(f"missing input {', '.join(map(repr, missing))}; the model's inputs: {names}",
+                             where="Predictor", arg=missing[0])
+        arrays = [np.asarray(given[name]) for name in self._names]
+        for i, x in enumerate(arrays):
+            self._check(x, i)
+        lead = self._batched[0] if self._batched else 0
+        batch = arrays[lead].shape[0]
+        for i in self._batched:
+            if arrays[i].shape[0] != batch:
+                raise ShapeError(f"got a batch of {arrays[i].shape[0]} for {self._names[i]!r} and {batch} for "
+                                 f"{self._names[lead]!r}: every input's first dim is the batch", where="Predictor",
+                                 arg=self._names[i])
+        return arrays, batch
+
+    def _run(self, arrays: list, batch: int) -> tuple[list, list]:
+        """The outputs of a call on ``arrays`` as numpy views, and whether
+        each is the caller's already (else it is the plan's memory, or the
+        memory of an input or of an earlier output, and is copied)."""
+        plan = self._plans.get(batch, _UNRECORDED)
+        if type(plan) is Replay:
+            return plan(lambda i, shape: self._argument(arrays[i], shape, i)), [False] * len(plan.outputs)
+        args = [self._argument(x, None, i) for i, x in enumerate(arrays)]
+        if plan is _UNRECORDED:
+            result, plan = self._record(batch, args)
+        else:
+            result = self._funcs[choose_entry(self._entries, batch, self._names[0])](*args)
         if plan is not None:  # the plan's own memory, which its next call overwrites
-            view, owned = plan.output, False
-        else:  # the VM allocates each output afresh and numpy's view keeps it alive, so it is the caller's;
-            # only a model returning its input unchanged hands back memory that is not (the caller's, or the stage's)
-            view = np.from_dlpack(result)
-            owned = result.data_ptr() != arg.data_ptr()
+            return plan.outputs, [False] * len(plan.outputs)
+        # the VM allocates each output afresh and numpy's view keeps it alive, so it is the caller's; only a model
+        # returning an input unchanged (or one value twice) hands back memory that is not
+        tensors = list(result) if isinstance(result, tvm_ffi.Array) else [result]
+        owned = [all(t.data_ptr() != a.data_ptr() for a in args + tensors[:k]) for k, t in enumerate(tensors)]
+        return [np.from_dlpack(t) for t in tensors], owned
+
+    def _deliver(self, views: list, owned: list, out):
+        """The outputs as the model returns them (copies where not the caller's), or written into ``out``."""
         if out is None:
-            return view if owned else view.copy()
-        self._check_out(out, view)
-        np.copyto(out, view)
+            results = [v if mine else v.copy() for v, mine in zip(views, owned)]
+            if self._returns == "array":
+                return results[0]
+            return tuple(results) if self._returns == "tuple" else dict(zip(self._out_names, results))
+        if self._returns == "array":
+            targets = [out]
+        elif self._returns == "dict" and isinstance(out, dict) and set(out) == set(self._out_names):
+            targets = [out[name] for name in self._out_names]
+        elif self._returns == "tuple" and isinstance(out, (tuple, list)) and len(out) == len(views):
+            targets = list(out)
+        else:
+            kind = f"a dict of {', '.join(self._out_names)}" if self._returns == "dict" else \
+                f"a tuple of {len(views)} arrays"
+            raise ShapeError(f"got {type(out).__name__}, expected {kind}", where="Predictor", arg="out")
+        for target, view, name in zip(targets, views, self._out_names):
+            self._check_out(target, view, "out" if self._returns == "array" else f"out[{name!r}]")
+        for target, view in zip(targets, views):
+            np.copyto(target, view)
         return out
 
-    def _record(self, batch: int, arg) -> tuple:
+    def _record(self, batch: int, args: list) -> tuple:
         """Run the call for ``batch`` once, recording it: ``(result, its
-        Replay or None)``; the plan is kept for the later calls."""
+        Replay or None)``; the plan is kept for the later calls. Inputs that
+        share memory run on the VM unrecorded (which input a kernel reads
+        would be ambiguous): a later call records."""
+        entry = choose_entry(self._entries, batch, self._names[0])
+        if any(overlaps(a, b) for k, a in enumerate(args) for b in args[:k]):
+            return self._funcs[entry](*args), None
         if self._library is None:
-            result, plan = self._funcs[choose_entry(self._entries, batch)](arg), None
+            result, plan = self._funcs[entry](*args), None
         else:
             if self._recorder is None:
                 self._recorder = relax.VirtualMachine(self._lib, tvm.cpu())
-            result, plan = record(self._recorder, choose_entry(self._entries, batch), self._library, arg)
+            result, plan = record(self._recorder, entry, self._library, args)
         if len(self._plans) >= MAX_PLANS:
             self._plans.pop(next(iter(self._plans)))
         self._plans[batch] = plan
         return result, plan
 
-    def profile(self, x, repeat: int = 100) -> Profile:
-        """Time each kernel of a call on the batch ``x`` (the median of
-        ``repeat`` runs of it alone, on the arguments the call gave it) and a
-        whole call (the median of ``repeat`` plain calls); what the kernels do
-        not account for is the call's own work: its Python side, and the VM's
-        instructions where the call is not replayed (``replay.py``).
+    def profile(self, *args, repeat: int = 100, **named) -> Profile:
+        """Time each kernel of a call on the inputs (given as to a call; an
+        input named ``repeat`` by position: the median of ``repeat`` runs of
+        it alone, on the arguments the call gave it) and a whole call (the median of ``repeat`` plain calls); what the
+        kernels do not account for is the call's own work: its Python side,
+        and the VM's instructions where the call is not replayed
+        (``replay.py``).
 
         The kernels and their arguments come from one call through the VM's
         instrumentation hook (on a separate VM, so plain calls stay
@@ -230,8 +270,8 @@ class Predictor:
         """
         if type(repeat) is not int or repeat < 1:
             raise AttrError(f"got {repeat!r}, expected a positive int", where="Predictor.profile", arg="repeat")
-        x = np.asarray(x)
-        self(x)  # checks x, and warms the caches
+        arrays, batch = self._gather(args, named)
+        self(*arrays)  # warms the caches
         library = self._library
         calls = []  # (symbol, tensor arguments) of each kernel call, in order
 
@@ -242,60 +282,60 @@ class Predictor:
 
         vm = relax.VirtualMachine(self._lib, tvm.cpu())
         vm.set_instrument(instrument)
-        vm[choose_entry(self._entries, x.shape[0])](self._argument(x))
+        vm[choose_entry(self._entries, batch, self._names[0])](*[self._argument(x, None, i) for i, x in enumerate(arrays)])
         rows = []
-        for symbol, args in calls:
+        for symbol, tensors in calls:
             timer = library.time_evaluator(symbol, tvm.cpu(), number=1, repeat=repeat)
-            rows.append({"kernel": symbol, "shapes": [tuple(a.shape) for a in args],
-                         "ms": 1e3 * float(timer(*args).median)})
+            rows.append({"kernel": symbol, "shapes": [tuple(a.shape) for a in tensors],
+                         "ms": 1e3 * float(timer(*tensors).median)})
         rows.sort(key=lambda row: -row["ms"])
-        total_ms = 1e3 * _median_seconds(lambda: self(x), repeat)
+        total_ms = 1e3 * _median_seconds(lambda: self(*arrays), repeat)
         rows.append({"kernel": "(outside kernels)", "shapes": [],
                      "ms": max(0.0, total_ms - sum(row["ms"] for row in rows))})
         total_ms = max(total_ms, sum(row["ms"] for row in rows))  # kernels timed alone may add up to more
         for row in rows:
             row["share"] = row["ms"] / total_ms
-        return Profile(rows, total_ms, int(x.shape[0]))
+        return Profile(rows, total_ms, int(batch))
 
-    def _check(self, x: np.ndarray) -> None:
-        if x.dtype != self._dtype:
-            raise DTypeError(f"got {x.dtype}, expected {self.input_dtype}: the model was exported for "
-                             f"{self.input_dtype} (convert with x.astype({self.input_dtype!r}))", where="Predictor",
-                             arg="x")
+    def _check(self, x: np.ndarray, i: int = 0) -> None:
+        dtype, rank, fixed, tail = self._expect[i]
+        if x.dtype != dtype:
+            raise DTypeError(f"got {x.dtype}, expected {dtype}: the model was exported for {dtype} (convert with "
+                             f"{self._names[i]}.astype({str(dtype)!r}))", where="Predictor", arg=self._names[i])
         shape = x.shape
-        if (len(shape) != self._rank or shape[1:] != self._tail
-                or (shape[0] < 1 if self._batch is None else shape[0] != self._batch)):
-            shown = "(" + ", ".join("N" if w is None else str(w) for w in self.input_shape) + ")"
-            raise ShapeError(f"got {shape}, expected {shown} with N >= 1", where="Predictor", arg="x")
+        if len(shape) != rank or shape[1:] != tail or (shape[0] < 1 if fixed is None else shape[0] != fixed):
+            shown = "(" + ", ".join("N" if w is None else str(w) for w in self.inputs[i].shape) + ")"
+            raise ShapeError(f"got {shape}, expected {shown} with N >= 1", where="Predictor", arg=self._names[i])
 
-    def _argument(self, x: np.ndarray, shape: tuple | None = None):
-        """``x`` (reshaped to ``shape`` when given) as a TVM tensor: its own
-        memory when it is C-contiguous and aligned as the module's kernels
-        need, else a copy in the stage, an aligned buffer kept for the next
-        input of the same shape."""
+    def _argument(self, x: np.ndarray, shape: tuple | None = None, i: int = 0):
+        """Input ``i`` given as ``x`` (reshaped to ``shape`` when given) as a
+        TVM tensor: its own memory when it is C-contiguous and aligned as the
+        module's kernels need, else a copy in the input's stage, an aligned
+        buffer kept for its next value of the same shape."""
         if shape is not None and x.shape != shape:
             x = x.reshape(shape)
         arg = from_dlpack(x.__dlpack__(max_version=DLPACK_VERSION))
-        if arg.data_ptr() % self._align == 0 and x.flags.c_contiguous:
+        if arg.data_ptr() % self._aligns[i] == 0 and x.flags.c_contiguous:
             return arg
-        if self._staged is None or self._staged[0].shape != x.shape:
+        staged = self._staged[i]
+        if staged is None or staged[0].shape != x.shape:
             buf = np.empty(x.nbytes + ALIGN, np.uint8)
             start = -buf.ctypes.data % ALIGN
             view = buf[start:start + x.nbytes].view(x.dtype).reshape(x.shape)
-            self._staged = view, from_dlpack(view)
-        np.copyto(self._staged[0], x)
-        return self._staged[1]
+            staged = self._staged[i] = view, from_dlpack(view)
+        np.copyto(staged[0], x)
+        return staged[1]
 
     @staticmethod
-    def _check_out(out, result: np.ndarray) -> None:
+    def _check_out(out, result: np.ndarray, arg: str) -> None:
         if not isinstance(out, np.ndarray) or out.dtype != result.dtype:
             got = out.dtype if isinstance(out, np.ndarray) else type(out).__name__
-            raise DTypeError(f"got {got}, expected a numpy array of {result.dtype}", where="Predictor", arg="out")
+            raise DTypeError(f"got {got}, expected a numpy array of {result.dtype}", where="Predictor", arg=arg)
         if out.shape != result.shape or not out.flags.c_contiguous or not out.flags.writeable:
             raise ShapeError(f"got a{'' if out.flags.writeable else ' read-only'}"
                              f"{'' if out.flags.c_contiguous else ' non-contiguous'} array of shape {out.shape}, "
                              f"expected a writable C-contiguous array of shape {result.shape}", where="Predictor",
-                             arg="out")
+                             arg=arg)
 
 
 def _median_seconds(call, repeat: int) -> float:

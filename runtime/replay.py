@@ -15,44 +15,47 @@ shapes.
 
 A call is kept only where replaying it is the same computation: every
 instruction other than a kernel is one of ``BOOKKEEPING`` (shape checks,
-allocation, views), the input reaches the kernels only whole (itself, or a
-view of all of it: a reshape), and the result is memory a kernel wrote
-(not the input). Otherwise ``record`` returns no plan and the caller goes
-on calling the VM.
+allocation, views), each input reaches the kernels only whole (itself, or a
+view of all of it: a reshape), and each output is memory a kernel wrote
+(not an input). Otherwise ``record`` returns no plan and the caller goes
+on calling the VM. A model of several inputs and outputs replays the same
+way: a slot per place an input is read, the outputs a list.
 """
 from __future__ import annotations
 
 import numpy as np
 import tvm
+import tvm_ffi
 
-#: the VM's instructions that only check shapes, allocate or make views: nothing a replay must redo
+#: the VM's instructions that only check shapes, allocate, make views or gather tensors into a tuple (and pick
+#: them out of one): nothing a replay must redo
 BOOKKEEPING = frozenset({
     "vm.builtin.alloc_shape_heap", "vm.builtin.check_tensor_info", "vm.builtin.match_shape",
     "vm.builtin.make_shape", "vm.builtin.reshape", "vm.builtin.alloc_storage", "vm.builtin.alloc_tensor",
-    "vm.builtin.null_value",
+    "vm.builtin.null_value", "vm.builtin.make_tuple", "vm.builtin.tuple_getitem",
 })
 
 
 class Replay:
     """The kernels of one recorded call, in order, each with its arguments;
-    ``slots`` name where the input goes (``(step, position, k)``: a tensor of
-    the input of shape ``shapes[k]``, itself or a reshape of it). ``output``
-    is the result as a numpy view of the plan's own memory: a call
-    overwrites it."""
+    ``reads`` are the tensors the inputs are read as (``(input, shape)``: the
+    input, itself or a reshape of it) and ``slots`` where each goes
+    (``(step, position, k)``: read ``k``). ``outputs`` are the results as
+    numpy views of the plan's own memory: a call overwrites them."""
 
-    def __init__(self, steps: list, slots: list, shapes: list, result):
+    def __init__(self, steps: list, slots: list, reads: list, results: list):
         self._steps = steps
         self._slots = slots
-        self.shapes = shapes
-        self._result = result  # keeps the result's memory (and through the steps, every buffer) alive
-        self.output = np.from_dlpack(result)
+        self.reads = reads
+        self._results = results  # keeps the results' memory (and through the steps, every buffer) alive
+        self.outputs = [np.from_dlpack(r) for r in results]
 
-    def __call__(self, argument) -> np.ndarray:
-        """Run the kernels on the input: ``argument(shape)`` gives it as a
-        tensor of ``shape`` (with the recorded dtype and alignment); returns
-        ``output``."""
+    def __call__(self, argument) -> list[np.ndarray]:
+        """Run the kernels on the inputs: ``argument(i, shape)`` gives input
+        ``i`` as a tensor of ``shape`` (with the recorded dtype and
+        alignment); returns ``outputs``."""
         steps = self._steps
-        tensors = [argument(shape) for shape in self.shapes]
+        tensors = [argument(i, shape) for i, shape in self.reads]
         for step, position, k in self._slots:
             steps[step][1][position] = tensors[k]
         try:
@@ -61,15 +64,16 @@ class Replay:
         finally:
             for step, position, _ in self._slots:  # the caller's memory is not kept beyond the call
                 steps[step][1][position] = None
-        return self.output
+        return self.outputs
 
 
-def record(vm, entry: str, library, arg) -> tuple[object, Replay | None]:
-    """Call ``vm[entry](arg)`` once under the instrumentation hook of ``vm``
+def record(vm, entry: str, library, args: list) -> tuple[object, Replay | None]:
+    """Call ``vm[entry](*args)`` once under the instrumentation hook of ``vm``
     (a VM of its own: the hook stays set) and return ``(result, plan)``:
     the call's result, and its ``Replay`` or None where a replay would not
     be the same computation (see the module docstring). ``library`` is the
-    module holding the kernels."""
+    module holding the kernels; ``args`` must not share memory (which input
+    a kernel reads would be ambiguous)."""
     steps, others = [], set()
 
     def hook(func, symbol, before, ret, *args):  # noqa: ARG001 - the hook's fixed signature
@@ -81,18 +85,25 @@ def record(vm, entry: str, library, arg) -> tuple[object, Replay | None]:
         return 0
 
     vm.set_instrument(hook)
-    result = vm[entry](arg)
-    if others or not isinstance(result, tvm.runtime.Tensor):
+    result = vm[entry](*args)
+    results = list(result) if isinstance(result, tvm_ffi.Array) else [result]  # several outputs: a tuple
+    if others or not all(isinstance(r, tvm.runtime.Tensor) for r in results):
         return result, None
-    reads = _input_reads(steps, arg)
-    if reads is None or _overlaps(result, arg) or not any(
-            _overlaps(a, result) for _, args in steps for a in args if isinstance(a, tvm.runtime.Tensor)):
+    reads = []
+    for i, arg in enumerate(args):
+        found = _input_reads(steps, arg)
+        if found is None:
+            return result, None
+        reads += [(step, position, (i, shape)) for step, position, shape in found]
+    passed = [a for _, kernel_args in steps for a in kernel_args if isinstance(a, tvm.runtime.Tensor)]
+    if any(overlaps(r, a) for r in results for a in args) or not all(
+            any(overlaps(a, r) for a in passed) for r in results):
         return result, None
-    shapes = sorted({shape for _, _, shape in reads})
-    for step, position, _ in reads:  # the plan keeps its buffers, not the caller's input
+    keys = sorted({key for _, _, key in reads})
+    for step, position, _ in reads:  # the plan keeps its buffers, not the caller's inputs
         steps[step][1][position] = None
-    slots = [(step, position, shapes.index(shape)) for step, position, shape in reads]
-    return result, Replay([(library[symbol], args) for symbol, args in steps], slots, shapes, result)
+    slots = [(step, position, keys.index(key)) for step, position, key in reads]
+    return result, Replay([(library[symbol], kernel_args) for symbol, kernel_args in steps], slots, keys, results)
 
 
 def _input_reads(steps: list, arg) -> list | None:
@@ -101,7 +112,7 @@ def _input_reads(steps: list, arg) -> list | None:
     reads = []
     for i, (_, args) in enumerate(steps):
         for j, a in enumerate(args):
-            if not isinstance(a, tvm.runtime.Tensor) or not _overlaps(a, arg):
+            if not isinstance(a, tvm.runtime.Tensor) or not overlaps(a, arg):
                 continue
             if a.data_ptr() != arg.data_ptr() or _nbytes(a) != _nbytes(arg) or a.dtype != arg.dtype:
                 return None
@@ -113,6 +124,6 @@ def _nbytes(t) -> int:
     return int(np.prod(t.shape, dtype=np.int64)) * np.dtype(str(t.dtype)).itemsize
 
 
-def _overlaps(a, b) -> bool:
+def overlaps(a, b) -> bool:
     """Whether the memory of tensors ``a`` and ``b`` (on the CPU) overlaps."""
     return a.data_ptr() < b.data_ptr() + _nbytes(b) and b.data_ptr() < a.data_ptr() + _nbytes(a)

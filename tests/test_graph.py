@@ -122,7 +122,7 @@ def test_every_entry_computes_what_main_computes(tmp_path, batch):
     scheduled for so few rows), larger ones ``main``: all agree."""
     import tvm
 
-    from kiln.graph.lower import ENTRIES
+    from kiln.graph.entries import ENTRIES
 
     nn.init.manual_seed(5)
     model = nn.Sequential(nn.Linear(16, 32), nn.ReLU(), nn.Linear(32, 4)).eval()
@@ -158,7 +158,8 @@ def test_exported_kernels_have_no_pack_stage(entry):
     panels) is the multiply-accumulate; nothing copies it per call."""
     import tvm
 
-    from kiln.graph.lower import ENTRIES, schedule_kernels, to_relax
+    from kiln.graph.entries import ENTRIES
+    from kiln.graph.lower import schedule_kernels, to_relax
     from kiln.schedules.util import blocks
 
     nn.init.manual_seed(6)
@@ -183,8 +184,8 @@ def test_every_exported_kernel_keeps_its_noalias_aligned_inner_function():
     """The VM's shape function must not cost the kernels their ``noalias``
     (without it LLVM cannot keep a register tile in registers: 2-3x slower),
     nor the kernels reading intermediate values their 64-byte alignment."""
-    from kiln.graph.export import compile_module
     from kiln.graph.lower import build_module
+    from kiln.graph.module import compile_module
 
     model = nn.Sequential(nn.Linear(16, 40), nn.ReLU(), nn.Linear(40, 4)).eval()
     graph = optimize(trace(model, np.zeros((1, 16), "float32")), kiln.cpu())
@@ -205,7 +206,8 @@ def test_a_layer_too_small_per_row_runs_on_one_thread():
     """Threads follow the work of the rows an entry serves: the 784->512
     layer is parallel in ``main``, the 512->10 one (5K multiply-adds a row)
     is not; in ``main_some`` the same holds at 32 rows."""
-    from kiln.graph.lower import ENTRIES, schedule_kernels, to_relax
+    from kiln.graph.entries import ENTRIES
+    from kiln.graph.lower import schedule_kernels, to_relax
 
     model = nn.Sequential(nn.Linear(784, 512), nn.ReLU(), nn.Linear(512, 10)).eval()
     graph = optimize(trace(model, np.zeros((1, 784), "float32")), kiln.cpu())
@@ -222,7 +224,8 @@ def test_a_small_layer_moving_much_data_runs_on_every_thread():
     convs before it are, so each core reads what it wrote; at 16 rows
     (``main_some``) it and the 1->16 channel conv stay on one thread. (Its
     convs direct: after a Winograd conv the pooling runs in the conv's tasks.)"""
-    from kiln.graph.lower import ENTRIES, schedule_kernels, to_relax
+    from kiln.graph.entries import ENTRIES
+    from kiln.graph.lower import schedule_kernels, to_relax
     from kiln.nn.train import build_model
 
     model = build_model("cnn", (1, 8, 8), 10).eval()
@@ -274,3 +277,86 @@ def test_a_producer_is_not_moved_past_an_update_of_what_it_reads(update_between)
     relu = graph.add(get_op("relu"), {}, [product.outputs[0]], [((4, 8), "float32")])
     graph.outputs = list(relu.outputs) + (list(step.outputs) if update_between else [])
     assert fuse_epilogues(graph) == (0 if update_between else 1)
+
+
+def test_a_graph_built_op_by_op_exports_with_named_inputs_and_outputs(tmp_path):
+    """A frontend's way: ``Graph.input``/``const``/``apply``/``output``, then
+    ``optimize`` and ``build_library``; an int64 input, a symbolic batch
+    shared by both inputs, a dict of outputs."""
+    from tvm import tirx
+
+    from kiln.graph import Graph, build_library
+
+    rng = np.random.default_rng(7)
+    table = rng.standard_normal((7, 4)).astype("float32")
+    graph, batch = Graph(), tirx.Var("batch", "int64")
+    ids, scale = graph.input("ids", (batch, 5), "int64"), graph.input("scale", (batch, 1), "float32")
+    (hot,) = graph.apply("one_hot", [ids], {"num_classes": 7})
+    (embedded,) = graph.apply("matmul", [hot, graph.const(table, "table")])
+    (summed,) = graph.apply(kiln.te.get_op("sum"), [embedded], {"axis": 1})
+    (scaled,) = graph.apply("multiply", [summed, scale])
+    graph.output(scaled, "scaled")
+    graph.output(embedded, "embedded")
+    predictor = Predictor(build_library(optimize(graph), tmp_path / "g.so"))
+    assert [tuple(s) for s in predictor.inputs] == [("ids", (None, 5), "int64"), ("scale", (None, 1), "float32")]
+    for n in (1, 9):
+        x, s = rng.integers(0, 7, (n, 5)), rng.standard_normal((n, 1)).astype("float32")
+        got = predictor(ids=x, scale=s)
+        np.testing.assert_allclose(got["embedded"], table[x], rtol=1e-6)
+        np.testing.assert_allclose(got["scaled"], table[x].sum(axis=1) * s, rtol=1e-5, atol=1e-6)
+
+
+def test_graph_apply_checks_every_application_before_adding_it():
+    from kiln.errors import AttrError, DTypeError, ExportError, OpNotFoundError, ShapeError
+    from kiln.graph import Graph
+    from kiln.graph.ir import Value
+
+    graph = Graph()
+    x, mask = graph.input("x", (2, 3), "float32"), graph.input("mask", (2, 3), "bool")
+    weight = graph.const(np.ones((4, 5), "float32"))
+    cases = [(lambda: graph.apply("matmul", [x, weight]), ShapeError, "matmul", "inner dims 3 and 4 differ"),
+             (lambda: graph.apply("sum", [x], {"axis": 5}), ShapeError, "sum", "out of range"),
+             (lambda: graph.apply("sum", [x], {"bogus": 1}), AttrError, "sum", "unknown attribute"),
+             (lambda: graph.apply("one_hot", [x], {"num_classes": 3}), DTypeError, "one_hot", "int32, int64"),
+             (lambda: graph.apply("relu", [x, x]), ShapeError, "relu", "expected 1"),
+             (lambda: graph.apply("relu", [np.ones(3)]), ShapeError, "relu", "a value of this graph"),
+             (lambda: graph.apply("relu", [Value((2, 3), "float32", name="stray")]), ShapeError, "relu",
+              "a value of this graph"),
+             (lambda: graph.apply("masked_select", [x, mask]), ExportError, "masked_select", "depends on the data"),
+             (lambda: graph.apply("no_such_op", [x]), OpNotFoundError, "no_such_op", "kiln ops")]
+    for call, error, op, needle in cases:
+        with pytest.raises(error, match=needle) as info:
+            call()
+        assert info.value.op == op
+    assert graph.nodes == []
+    for call, error, arg in [(lambda: graph.input("x", (1,), "float32"), ShapeError, "name"),
+                             (lambda: graph.input("2x", (1,), "float32"), ShapeError, "name"),
+                             (lambda: graph.input("y", (2, -1), "float32"), ShapeError, "shape"),
+                             (lambda: graph.input("y", (2,), "float16"), DTypeError, "dtype"),
+                             (lambda: graph.const(np.ones(2, "float16")), DTypeError, "array"),
+                             (lambda: graph.output(x, ""), ShapeError, "name")]:
+        with pytest.raises(error) as info:
+            call()
+        assert info.value.arg == arg and info.value.where.startswith("Graph.")
+    assert [v.name for v in graph.inputs] == ["x", "mask"]
+
+
+def test_build_library_refuses_inputs_that_are_not_one_batch(tmp_path):
+    from tvm import tirx
+
+    from kiln.graph import Graph, build_library
+
+    for first, second, needle in [((tirx.Var("n", "int64"), 3), (tirx.Var("m", "int64"), 3), "the same variable"),
+                                  ((2, tirx.Var("n", "int64")), (2, 3), "first dim alone")]:
+        graph = Graph()
+        a, b = graph.input("a", first, "float32"), graph.input("b", second, "float32")
+        graph.output(graph.apply("relu", [a])[0])
+        graph.output(graph.apply("relu", [b])[0])
+        with pytest.raises(kiln.errors.ExportError, match=needle) as info:
+            build_library(graph, tmp_path / "g.so")
+        assert info.value.where == "build_library" and info.value.arg == "graph"
+    graph = Graph()
+    graph.output(graph.apply("relu", [graph.input("out", (2,), "float32")])[0])
+    with pytest.raises(kiln.errors.ExportError, match="other than 'out'"):
+        build_library(graph, tmp_path / "g.so")
+    assert not (tmp_path / "g.so").exists()

@@ -11,7 +11,7 @@ from kiln import nn
 from kiln.cli import main
 from kiln.errors import AttrError, DTypeError, ExportError, ShapeError
 from kiln.runtime import Predictor
-from kiln.runtime.predictor import ALIGN, choose_entry, parse_entries
+from kiln.runtime.metadata import ALIGN, choose_entry, parse_entries
 from helpers import cli_error
 
 
@@ -58,7 +58,7 @@ def test_contiguous_input_is_read_in_place_at_any_offset_and_others_are_copied(e
 
 def test_a_module_whose_kernels_need_aligned_input_gets_a_copy(exported):
     predictor = Predictor(exported[1])
-    predictor._align = ALIGN  # what a module without "input_align" in its metadata declares
+    predictor._aligns[0] = ALIGN  # what a module of format 1 without "input_align" in its metadata declares
     odd = aligned(batch(4), offset=4)
     arg = predictor._argument(odd)
     assert arg.data_ptr() % ALIGN == 0

@@ -8,11 +8,12 @@ from tvm import relax, te
 
 import kiln
 from kiln import nn
-from kiln.graph.export import compile_module
+from kiln.graph.module import compile_module
 from kiln.nn.train import build_model
 from kiln.runtime import Predictor
 from kiln.runtime.device import as_target
-from kiln.runtime.predictor import MAX_PLANS, choose_entry
+from kiln.runtime.metadata import choose_entry
+from kiln.runtime.predictor import MAX_PLANS
 from kiln.runtime.replay import Replay, record
 
 
@@ -80,6 +81,6 @@ def test_a_call_with_other_work_than_kernels_is_not_recorded():
                                                            ty_args=relax.TensorType([4], "float32"))))
     executable = compile_module(bb.get(), as_target(None))
     arg = tvm.runtime.tensor(np.arange(4, dtype="float32"))
-    result, plan = record(relax.VirtualMachine(executable, tvm.cpu()), "main", executable.mod.imports[0], arg)
+    result, plan = record(relax.VirtualMachine(executable, tvm.cpu()), "main", executable.mod.imports[0], [arg])
     np.testing.assert_array_equal(result.numpy(), [0, 2, 4, 6])
     assert plan is None  # a packed call the recorder does not know might do anything
