@@ -8,7 +8,6 @@ from __future__ import annotations
 from pathlib import Path
 
 from ..errors import KilnError
-from ..runtime.measure import COMPUTE_BOUND
 from . import records as rec
 
 INSTALL_HINT = "pip install -e '.[plot]'"
@@ -30,7 +29,7 @@ def _unit(op_name: str) -> str:
     from ..te import get_op
 
     try:
-        return "GFLOPS" if get_op(op_name).family in COMPUTE_BOUND else "GB/s"
+        return "GFLOPS" if get_op(op_name).compute_bound else "GB/s"
     except KilnError:  # a record of an op this version does not have
         return "GFLOPS"
 

@@ -1,16 +1,18 @@
 """Fold per-channel affine chains (eval BatchNorm, bias adds) into the
 weights of the conv2d or dense before them.
 
-Condition: a ``conv2d`` (NCHW) or ``dense`` whose weights are constants, and
-after it a chain of ``add``/``subtract``/``multiply`` (either operand order)
-or ``divide`` (by the constant) whose other operand is a constant varying
-along the output channels only, each link read by nothing but the next.
+Condition: an op linear in its weight (``Op.fold_weight_axis``: an NCHW
+``conv2d``, a ``dense`` without its relu) whose weights are constants, and
+after it a chain of ops affine in the value it reads (``Op.affine_operands``:
+``add``/``subtract``/``multiply`` in either operand, ``divide`` as the
+dividend) whose other operand is a constant varying along the output
+channels only, each link read by nothing but the next.
 Rewrite: the chain is ``f(z) = s * z + t`` per channel, with ``t = f(0)`` and
 ``s = f(1) - f(0)`` computed by running the chain's own ops on constants
 (kiln's kernels: no op math is written again here). The weights become
-``W * s`` (per output channel); a dense's bias becomes ``f(b)``; a conv2d
-keeps one ``add`` of ``t`` after it, which ``graph.fuse`` folds into its
-write-back.
+``W * s`` (per output channel); a bias input (a dense's) becomes ``f(b)``;
+an op without one (a conv2d) keeps one ``add`` of ``t`` after it, which
+``graph.fuse`` folds into its write-back.
 """
 from __future__ import annotations
 
@@ -21,7 +23,8 @@ from ..runtime.device import host
 from ..te import get_op
 from .ir import Graph, Node, Value
 
-AFFINE = ("add", "subtract", "multiply", "divide")
+#: the output axis of a foldable op's channels (NCHW's C, dense's N)
+CHANNELS = 1
 
 
 def evaluate(op: str, *arrays: np.ndarray, **attrs) -> np.ndarray:
@@ -32,15 +35,11 @@ def evaluate(op: str, *arrays: np.ndarray, **attrs) -> np.ndarray:
     return kernel(*arrays)
 
 
-def _channel_axis(node: Node) -> int | None:
-    """The output axis of ``node``'s channels, if its weights are constants it can scale."""
-    if node.epilogue:
-        return None
-    if node.op.name == "conv2d" and node.attrs["layout"] == "NCHW" and node.inputs[1].is_const:
-        return 1
-    if node.op.name == "dense" and not node.attrs["relu"] and all(v.is_const for v in node.inputs[1:]):
-        return len(node.outputs[0].shape) - 1
-    return None
+def _foldable(node: Node) -> bool:
+    """Whether ``node`` is linear in its weights (``Op.fold_weight_axis``, in
+    NCHW and without a relu, nothing fused yet) and they are constants it can scale."""
+    return (node.op.fold_weight_axis is not None and not node.epilogue and not node.attrs.get("relu")
+            and node.attrs.get("layout", "NCHW") == "NCHW" and all(v.is_const for v in node.inputs[1:]))
 
 
 def _per_channel(value: Value, rank: int, axis: int, channels: int) -> bool:
@@ -51,18 +50,17 @@ def _per_channel(value: Value, rank: int, axis: int, channels: int) -> bool:
     return all(d == 1 for i, d in enumerate(shape) if i != axis) and shape[axis] in (1, channels)
 
 
-def _chain(graph: Graph, node: Node, axis: int) -> list[Node]:
+def _chain(graph: Graph, node: Node) -> list[Node]:
     """The affine links after ``node`` that can fold into it."""
     out = node.outputs[0]
-    rank, channels = len(out.shape), int(out.shape[axis])
+    rank, channels = len(out.shape), int(out.shape[CHANNELS])
     links, cur = [], out
     while True:
         user = graph.sole_user(cur)
-        if user is None or user.op.name not in AFFINE or user.epilogue or user.outputs[0].dtype != out.dtype:
+        if user is None or user.epilogue or user.outputs[0].dtype != out.dtype:
             return links
-        a, b = user.inputs
-        other = b if a is cur else a if (b is cur and user.op.name != "divide") else None
-        if other is None or not _per_channel(other, rank, axis, channels):
+        at = next((k for k in user.op.affine_operands if user.inputs[k] is cur), None)
+        if at is None or not _per_channel(user.inputs[1 - at], rank, CHANNELS, channels):
             return links
         links.append(user)
         cur = user.outputs[0]
@@ -81,29 +79,27 @@ def fold_affine(graph: Graph) -> int:
     """Fold every affine chain that can be folded; return how many were."""
     folded = 0
     for node in list(graph.nodes):
-        axis = _channel_axis(node) if node in graph.nodes else None
-        links = _chain(graph, node, axis) if axis is not None else []
+        links = _chain(graph, node) if node in graph.nodes and _foldable(node) else []
         if not links:
             continue
         out = node.outputs[0]
-        channels, dtype = int(out.shape[axis]), out.dtype
-        probe = (1,) * axis + (channels,) + (1,) * (len(out.shape) - axis - 1)
+        channels, dtype = int(out.shape[CHANNELS]), out.dtype
+        probe = (1,) * CHANNELS + (channels,) + (1,) * (len(out.shape) - CHANNELS - 1)
         t = _apply_chain(links, np.zeros(probe, dtype))
         s = evaluate("subtract", _apply_chain(links, np.ones(probe, dtype)), t)
         weight = node.inputs[1]
-        if node.op.name == "dense":  # y = x W + b:  f(y) = x (W s) + f(b)
-            node.inputs[1] = Value(weight.shape, dtype, data=evaluate("multiply", weight.data, s.reshape(1, -1)),
-                                   name=weight.name + "'")
+        along = [1] * len(weight.shape)  # s along the weight's output channels
+        along[node.op.fold_weight_axis] = channels
+        node.inputs[1] = Value(weight.shape, dtype, data=evaluate("multiply", weight.data, s.reshape(along)),
+                               name=weight.name + "'")
+        if len(node.inputs) > 2:  # a bias, y = x W + b:  f(y) = x (W s) + f(b)
             bias = node.inputs[2]
             node.inputs[2] = Value(bias.shape, dtype, data=_apply_chain(links, bias.data.reshape(probe)).reshape(-1),
                                    name=bias.name + "'")
             graph.replace_uses(links[-1].outputs[0], out)
             for link in reversed(links):
                 graph.remove(link)
-        else:  # conv2d: W s per output channel, then one add of t
-            node.inputs[1] = Value(weight.shape, dtype,
-                                   data=evaluate("multiply", weight.data, s.reshape(channels, 1, 1, 1)),
-                                   name=weight.name + "'")
+        else:  # no bias (conv2d): one add of t after W s
             first = links[0]
             first.op, first.attrs = get_op("add"), {}
             first.inputs = [out, Value(t.shape, dtype, data=t, name=f"shift{folded}")]

@@ -8,55 +8,50 @@ the consumer joins the producer's ``epilogue`` and the pair takes the
 consumer's place in the graph (where the consumer's other operands exist,
 such as a bias reshaped after the producer), so the pair is one kernel and
 the intermediate is never written to memory (``graph.lower`` inlines the
-epilogue into the producer's last block). ``dense`` takes a following relu
-as its own ``relu`` attribute, the epilogue its template already computes.
-Reshapes are left alone: they lower to views, not kernels.
+epilogue into the producer's last block). An op with ``Op.relu_attr``
+(``dense``) takes a following relu as its own ``relu`` attribute, the
+epilogue its template already computes. Views (``Op.view``: reshapes) are
+left alone: they lower to views, not kernels.
 
 ``fuse_pools`` (after the layout pass) gives a reduction the same treatment
-where the producer's schedule allows it: a channel-blocked global average
-pool reading a Winograd convolution joins it as the last entry of its
-epilogue, and ``graph.lower`` computes it inside the convolution's parallel
-task (an image's channel block), from the tile of output the task has just
-written to its cache, so the convolution's output is never written to memory
+where the producer's schedule allows it: a channel-blocked pooling
+(``Op.pools_blocked``: the global average pool) reading a convolution whose
+tasks write whole maps of an image's channel block (``Op.image_block_tasks``:
+the Winograd one) joins it as the last entry of its epilogue, and
+``graph.lower`` computes it inside the convolution's parallel task (an
+image's channel block), from the tile of output the task has just written
+to its cache, so the convolution's output is never written to memory
 and the pool is not a kernel of its own.
 
-``fuse_prologues`` does the same for a producer: a direct convolution whose
-output only a Winograd convolution of one output channel block reads, an
-image of it small enough for the task's cache, becomes that convolution's
-``prologue``, computed image by image inside its tasks (the digits CNN's
-first conv: its output never leaves the core that reads it, and one launch
-fewer).
+``fuse_prologues`` does the same for a producer: a direct convolution
+(``Op.in_task_prologue``) whose output only such a convolution of one output
+channel block reads, an image of it small enough for the task's cache,
+becomes that convolution's ``prologue``, computed image by image inside
+its tasks (the digits CNN's first conv: its output never leaves the core
+that reads it, and one launch fewer).
 """
 from __future__ import annotations
 
 import numpy as np
 
+from ..te import get_op
 from .ir import Graph, Node
 
-COMMUTATIVE = ("add", "multiply", "maximum", "equal")
-NOT_FUSED = ("reshape",)  # views in the lowered module
-DENSE = ("dense", "dense_packed")  # a relu after them is their own ``relu`` attribute
-#: producers each of whose parallel tasks writes whole maps of one image's
-#: channel block (``schedules.cpu.winograd``: a task per image and block), so a
-#: global pool of their output can run inside the task
-POOLED = ("conv2d_winograd",)
-POOL = "global_avg_pool2d"
-#: a producer computed in a Winograd conv's tasks (``fuse_prologues``), and
-#: the most bytes of its output per image
-PROLOGUE = "conv2d_packed"
+RELU = get_op("relu")
+#: the most bytes of a prologue's output per image (``fuse_prologues``)
 PROLOGUE_BYTES = 16 << 10
 
 
 def _absorbable(graph: Graph, node: Node) -> Node | None:
     """The consumer ``node``'s output can take as its epilogue, if any."""
-    if len(node.outputs) != 1 or node.op.data_dependent or node.op.name in NOT_FUSED:
+    if len(node.outputs) != 1 or node.op.data_dependent or node.op.view:
         return None
     out = node.outputs[0]
     user = graph.sole_user(out)
     if user is None or not user.op.elementwise or user.epilogue or user.outputs[0].shape != out.shape:
         return None
     if user.inputs[0] is not out:
-        if user.op.name not in COMMUTATIVE or user.inputs[1] is not out:
+        if not user.op.commutative or user.inputs[1] is not out:
             return None
         user.inputs = [user.inputs[1], user.inputs[0]]
     return user if _movable(graph, node, user) else None
@@ -89,7 +84,7 @@ def fuse_epilogues(graph: Graph) -> int:
             user = _absorbable(graph, node)
             if user is None:
                 break
-            if node.op.name in DENSE and user.op.name == "relu" and not node.attrs["relu"] and not node.epilogue:
+            if node.op.relu_attr and user.op is RELU and not node.attrs["relu"] and not node.epilogue:
                 node.attrs = {**node.attrs, "relu": True}
             else:
                 node.epilogue.append((user.op, dict(user.attrs), list(user.inputs[1:])))
@@ -99,14 +94,15 @@ def fuse_epilogues(graph: Graph) -> int:
 
 
 def fuse_pools(graph: Graph) -> int:
-    """Fuse each channel-blocked global average pool into the ``POOLED``
+    """Fuse each channel-blocked pooling into the ``image_block_tasks``
     convolution it alone reads; return how many were fused."""
     fused = 0
     for node in list(graph.nodes):
-        if node.op.name not in POOLED or len(node.outputs) != 1 or not node.attrs["out_block"]:
+        if not node.op.image_block_tasks or len(node.outputs) != 1 or not node.attrs["out_block"]:
             continue
         user = graph.sole_user(node.outputs[0])
-        if user is None or user.op.name != POOL or user.attrs["layout"] != "NCHWc" or not _movable(graph, node, user):
+        if user is None or not user.op.pools_blocked or user.attrs["layout"] != "NCHWc" \
+                or not _movable(graph, node, user):
             continue
         node.epilogue.append((user.op, dict(user.attrs), []))
         _absorb(graph, node, user)
@@ -131,14 +127,15 @@ def _image_bytes(value) -> int | None:
 
 
 def _prologue(graph: Graph, node: Node) -> Node | None:
-    """The direct convolution ``node`` (a ``POOLED`` convolution of one
-    output channel block) can compute in its tasks, if any: the producer of
-    its first input, read by it alone, at most ``PROLOGUE_BYTES`` an image."""
-    if node.op.name not in POOLED or node.prologue is not None or not _one_block(node):
+    """The ``in_task_prologue`` convolution ``node`` (an ``image_block_tasks``
+    convolution of one output channel block) can compute in its tasks, if
+    any: the producer of its first input, read by it alone, at most
+    ``PROLOGUE_BYTES`` an image."""
+    if not node.op.image_block_tasks or node.prologue is not None or not _one_block(node):
         return None
     x = node.inputs[0]
     producer = x.node
-    if (producer is None or producer not in graph.nodes or producer.op.name != PROLOGUE
+    if (producer is None or producer not in graph.nodes or not producer.op.in_task_prologue
             or not producer.attrs["out_block"] or len(producer.outputs) != 1 or graph.sole_user(x) is not node):
         return None
     small = (_image_bytes(x) or PROLOGUE_BYTES + 1) <= PROLOGUE_BYTES
@@ -146,10 +143,10 @@ def _prologue(graph: Graph, node: Node) -> Node | None:
 
 
 def fuse_prologues(graph: Graph) -> int:
-    """Make each direct convolution read only by a ``POOLED`` (Winograd)
-    convolution of one output channel block the prologue of that
-    convolution, where one image of its output is at most
-    ``PROLOGUE_BYTES``; return how many were fused."""
+    """Make each ``in_task_prologue`` convolution read only by an
+    ``image_block_tasks`` (Winograd) convolution of one output channel
+    block the prologue of that convolution, where one image of its output
+    is at most ``PROLOGUE_BYTES``; return how many were fused."""
     fused = 0
     for node in list(graph.nodes):
         producer = _prologue(graph, node)

@@ -1,10 +1,12 @@
 """Carry a channel-blocked layout (NCHW[c]c) from convolution to convolution.
 
-Condition: a ``conv2d_packed`` or ``conv2d_winograd`` (``graph.prepack``)
-whose every reader can take its output in the weight's channel blocks: the
-data input of another such convolution, an NCHW ``global_avg_pool2d``, or the residual operand of a
-convolution that is itself blocked with the same block width (its fused
-``add``). Rewrite: the convolution writes (N, ceil(O / oc), OH, OW, oc)
+Condition: a convolution that reads and writes its weight's channel blocks
+(``Op.channel_blocked``: ``conv2d_packed`` and ``conv2d_winograd``, made by
+``graph.implement``) whose every reader can take its output in those blocks:
+the data input of another such convolution, an NCHW pooling that can run
+blocked (``Op.pools_blocked``: ``global_avg_pool2d``), or the residual
+operand of a convolution that is itself blocked with the same block width
+(its fused ``add``). Rewrite: the convolution writes (N, ceil(O / oc), OH, OW, oc)
 (``out_block``), a contiguous vector per output pixel instead of a strided
 transpose; a convolution reading it takes ``in_block``; a pooling reading it
 runs in the blocked layout and is followed by ``from_blocked`` (on its 1x1
@@ -22,8 +24,6 @@ from ..te.shapes import static
 from .fold import evaluate
 from .ir import Graph, Node, Value
 
-CONVS = ("conv2d_packed", "conv2d_winograd")  # both read and write the weight's channel blocks
-POOL = "global_avg_pool2d"
 TO_BLOCKED = get_op("to_blocked")
 
 
@@ -49,9 +49,9 @@ def _epilogue_blockable(node: Node) -> bool:
 
 
 def _reader_takes(reader: Node, value: Value, block: int, blocked: dict) -> bool:
-    if reader.op.name in CONVS and reader.inputs[0] is value and not any(v is value for v in reader.operands()[1:]):
+    if reader.op.channel_blocked and reader.inputs[0] is value and not any(v is value for v in reader.operands()[1:]):
         return True
-    if reader.op.name == POOL and reader.attrs["layout"] == "NCHW" and reader.attrs["keepdims"] \
+    if reader.op.pools_blocked and reader.attrs["layout"] == "NCHW" and reader.attrs["keepdims"] \
             and not reader.epilogue:
         return True
     in_epilogue = any(v is value for _, _, others in reader.epilogue for v in others)
@@ -63,7 +63,7 @@ def _plan(graph: Graph) -> dict:
     the last node back (a reader is decided before its producer)."""
     blocked: dict = {}
     for node in reversed(graph.nodes):
-        if node.op.name not in CONVS or node.attrs["out_block"] or not _epilogue_blockable(node):
+        if not node.op.channel_blocked or node.attrs["out_block"] or not _epilogue_blockable(node):
             continue
         out, block = node.outputs[0], _block(node)
         readers = graph.users(out)
@@ -86,7 +86,7 @@ def block_layouts(graph: Graph) -> int:
     plan, converted = _plan(graph), {}
     for node in list(graph.nodes):
         x = node.inputs[0] if node.inputs else None
-        if node.op.name in CONVS and x is not None and len(x.shape) == 5:
+        if node.op.channel_blocked and x is not None and len(x.shape) == 5:
             node.attrs = {**node.attrs, "in_block": int(static(x.shape[4]))}
         if id(node) in plan:
             block = plan[id(node)]
@@ -94,7 +94,7 @@ def block_layouts(graph: Graph) -> int:
             node.epilogue = [(op, attrs, [_block_operand(graph, node, v, block, converted) for v in others])
                              for op, attrs, others in node.epilogue]
             node.outputs[0].shape = TO_BLOCKED.infer_shape(node.outputs[0].shape, block)
-        elif node.op.name == POOL and node.attrs["layout"] == "NCHW" and x is not None and len(x.shape) == 5:
+        elif node.op.pools_blocked and node.attrs["layout"] == "NCHW" and x is not None and len(x.shape) == 5:
             _pool_blocked(graph, node, int(node.outputs[0].shape[1]))
     return len(plan)
 

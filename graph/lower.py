@@ -29,8 +29,6 @@ from .align import input_params, unaligned
 from .intask import compute_in_task, reduce_in_task
 from .ir import Graph, Node
 
-VIEWS = ("reshape",)
-
 
 def _compute(node: Node):
     """The node's tensor expression, on its operands: its prologue's (giving
@@ -84,7 +82,7 @@ def to_relax(graph: Graph, name: str = "main", suffix: str = "",
         with bb.dataflow():
             for node in graph.nodes:
                 args = [arg(v) for v in node.operands()]
-                if node.op.name in VIEWS and not node.epilogue:
+                if node.op.view and not node.epilogue:
                     out = bb.emit(relax.op.reshape(args[0], list(node.outputs[0].shape)))
                 else:
                     kernel = f"{node.name}_{len(kernels)}{suffix}"
@@ -254,8 +252,8 @@ def node_workload(node: Node):
 
 
 def kernel_nodes(graph: Graph) -> list[Node]:
-    """The nodes that become kernels (a reshape alone is a view)."""
-    return [n for n in graph.nodes if n.op.name not in VIEWS or n.epilogue]
+    """The nodes that become kernels (an ``Op.view`` op alone, a reshape, is a view)."""
+    return [n for n in graph.nodes if not n.op.view or n.epilogue]
 
 
 def tuned_of(workload, target) -> dict:

@@ -1,10 +1,11 @@
 """What measuring a kernel needs before anything is timed: seeded inputs, the
 work one call does, and a check that the inputs exist and fit in memory.
 
-Compute-bound families (matmul, conv2d) are scored in GFLOPS from
-``op.flops``; the others in GB/s of inputs read plus outputs written. The
-comparison itself (kiln against a reference, warmed up and interleaved) is
-``kiln.bench``.
+Compute-bound ops (``Op.compute_bound``: the matrix products, and the
+convolutions and their gradients but ``conv2d_winograd``) are scored in
+GFLOPS from ``op.flops``; the others in GB/s of inputs read plus outputs
+written. The comparison itself (kiln against a reference, warmed up and
+interleaved) is ``kiln.bench``.
 """
 from __future__ import annotations
 
@@ -13,7 +14,6 @@ import numpy as np
 from ..errors import ShapeError
 from ..te.workload import Workload
 
-COMPUTE_BOUND = ("matmul", "conv2d", "conv2d_backward_weight")
 GIB = float(1 << 30)
 
 
@@ -41,7 +41,7 @@ def work(workload: Workload) -> tuple[str, float]:
     """``(unit, amount)`` of one call: ``("GFLOPS", flops)`` for compute-bound
     ops, else ``("GB/s", bytes read + written)``; concrete shapes only."""
     op = workload.op
-    if op.family in COMPUTE_BOUND:
+    if op.compute_bound:
         return "GFLOPS", float(op.flops([tuple(s) for s in workload.shapes], **workload.attrs))
     return "GB/s", float(nbytes(workload.shapes, workload.dtypes) + nbytes(workload.out_shapes, workload.out_dtypes))
 

@@ -111,6 +111,8 @@ class Conv2d(Op):
     """``conv2d(x, w)``: see the module docstring for layouts and shapes."""
 
     name = "conv2d"
+    compute_bound = True
+    fold_weight_axis = 0  # w is OIHW
     grad_inputs = (0, 1)
     grad_output = False
     arity = 2

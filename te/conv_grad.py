@@ -56,10 +56,10 @@ from tvm import te, tirx
 
 from ..errors import ShapeError
 from . import attrs as A
-from .conv import (DILATION, PADDING, STRIDE, _direct, _flops, _inside, check_rank4, conv2d, pad_spatial,
-                   skips_padding, split_nchw, window_out)
+from .conv import (DILATION, PADDING, STRIDE, _direct, _flops, _inside, backward_data, backward_weight, check_rank4,
+                   conv2d, pad_spatial, skips_padding, split_nchw, window_out)
 from .grad import as_dtype, wants_grad
-from .registry import Op, call, register
+from .registry import Op, register
 from .shapes import dtype_of, is_static, promote, same_dim, shape_str, size, static
 
 FLOATS = ("float32", "float64")
@@ -79,6 +79,7 @@ class Conv2dBackwardWeight(Op):
     """See the module docstring."""
 
     name = "conv2d_backward_weight"
+    compute_bound = True
     family = "conv2d_backward_weight"
     arity = 2
     dtypes = FLOATS
@@ -128,7 +129,7 @@ class Conv2dBackwardWeight(Op):
         (the data gradient of a conv with weight ``g``), dgy the forward conv of x with ``g``."""
         x, gy = node.inputs
         attrs = {k: node.attrs[k] for k in ("stride", "padding", "dilation")}
-        gx = as_dtype(call("conv2d_backward_data", gy, g, in_size=tuple(x.shape[2:]), **attrs), x.dtype) \
+        gx = as_dtype(backward_data(gy, g, in_size=tuple(x.shape[2:]), **attrs), x.dtype) \
             if wants_grad(x) else None
         ggy = as_dtype(conv2d(x, g, **attrs), gy.dtype) if wants_grad(gy) else None
         return gx, ggy
@@ -161,6 +162,7 @@ class Conv2dBackwardData(Op):
     """See the module docstring."""
 
     name = "conv2d_backward_data"
+    compute_bound = True
     family = "conv2d"
     arity = 2
     dtypes = FLOATS
@@ -240,7 +242,7 @@ class Conv2dBackwardData(Op):
         gy, w = node.inputs
         attrs = {k: node.attrs[k] for k in ("stride", "padding", "dilation")}
         ggy = as_dtype(conv2d(g, w, **attrs), gy.dtype) if wants_grad(gy) else None
-        gw = as_dtype(call("conv2d_backward_weight", g, gy, kernel=tuple(w.shape[2:]), **attrs), w.dtype) \
+        gw = as_dtype(backward_weight(g, gy, kernel=tuple(w.shape[2:]), **attrs), w.dtype) \
             if wants_grad(w) else None
         return ggy, gw
 

@@ -75,6 +75,9 @@ class Conv2dPacked(Op):
     ``out_channels`` zero (their weights are)."""
 
     name = "conv2d_packed"
+    compute_bound = True
+    channel_blocked = True
+    in_task_prologue = True
     differentiable = False
     arity = 2
     family = "conv2d"

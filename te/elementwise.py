@@ -237,6 +237,8 @@ class Binary(Op):
 @register
 class Add(Binary):
     name = "add"
+    commutative = True
+    affine_operands = (0, 1)
     grad_inputs = ()
     grad_output = False
     expr = staticmethod(lambda a, b: a + b)
@@ -276,6 +278,7 @@ class ReluGrad(Binary):
 @register
 class Subtract(Binary):
     name = "subtract"
+    affine_operands = (0, 1)
     grad_inputs = ()
     grad_output = False
     expr = staticmethod(lambda a, b: a - b)
@@ -289,6 +292,8 @@ class Subtract(Binary):
 @register
 class Multiply(Binary):
     name = "multiply"
+    commutative = True
+    affine_operands = (0, 1)
     grad_inputs = (0, 1)
     grad_output = False
     expr = staticmethod(lambda a, b: a * b)
@@ -302,6 +307,7 @@ class Multiply(Binary):
 @register
 class Divide(Binary):
     name = "divide"
+    affine_operands = (0,)  # z / c is affine in z, c / z is not
     grad_inputs = (1,)
     grad_output = True
     reference = staticmethod(np.true_divide)
@@ -341,6 +347,7 @@ class Power(Binary):
 @register
 class Maximum(Binary):
     name = "maximum"
+    commutative = True
     grad_inputs = (0, 1)
     grad_output = False
     expr = staticmethod(nanmath.maximum)
@@ -368,6 +375,7 @@ class Compare(Binary):
 @register
 class Equal(Compare):
     name = "equal"
+    commutative = True
     expr = staticmethod(lambda a, b: a == b)
     reference = staticmethod(np.equal)
 

@@ -74,6 +74,7 @@ class Matmul(Op):
     swapped), which gradients use instead of materializing a transpose."""
 
     name = "matmul"
+    compute_bound = True
     grad_inputs = (0, 1)
     grad_output = False
     arity = 2
@@ -158,6 +159,9 @@ class Dense(Op):
     schedule computes where the accumulator is written back."""
 
     name = "dense"
+    compute_bound = True
+    relu_attr = True
+    fold_weight_axis = 1  # w is (K, N)
     grad_inputs = (0, 1)
     grad_output = True
 
@@ -250,6 +254,8 @@ class DensePacked(Op):
     (P, K, bn); N is the bias's length, so panels padded past N are ignored."""
 
     name = "dense_packed"
+    compute_bound = True
+    relu_attr = True
     differentiable = False
     arity = 3
     family = "matmul"

@@ -24,11 +24,13 @@ from tvm import te, tirx
 
 from ..errors import GradError, ShapeError
 from . import attrs as A
-from .registry import Op, call, register
+from .oprefs import op_ref
+from .registry import Op, register
 from .grad import as_dtype
 from .shapes import dtype_of, promote, same_dim, shape_str, size, static
 
 FLOATS = ("float32", "float64")
+batch_norm_train_grad = op_ref("batch_norm_train_grad")  # the forward's gradient: one kernel
 EPS = {"eps": A.Attr(A.positive_float, default=1e-5, doc="added to the variance")}
 
 
@@ -119,7 +121,7 @@ class BatchNormTrain(Op):
             raise GradError("gradients of a training-mode BatchNorm's gradient (create_graph=True through it) "
                             "are not supported", op=self.name, arg="create_graph")
         x, gamma, beta = node.inputs
-        dx, dgamma, dbeta = call("batch_norm_train_grad", gy, x, gamma, gmean, gvar, **node.attrs)
+        dx, dgamma, dbeta = batch_norm_train_grad(gy, x, gamma, gmean, gvar, **node.attrs)
         return as_dtype(dx, x.dtype), as_dtype(dgamma, gamma.dtype), as_dtype(dbeta, beta.dtype)
 
     def flops(self, shapes, **attrs):

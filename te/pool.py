@@ -308,6 +308,7 @@ class GlobalAvgPool2d(Op):
     ``keepdims=False`` drops H and W."""
 
     name = "global_avg_pool2d"
+    pools_blocked = True
     grad_inputs = ()
     grad_output = False
     family = "pool"

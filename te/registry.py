@@ -47,8 +47,10 @@ class Op:
     #: (numpy broadcasting allowed): a graph fuses them into their producer's
     #: write-back (``graph.fuse``).
     elementwise: bool = False
-    #: schedule family the generic templates dispatch on:
-    #: "injective", "reduction", "matmul", "conv2d", "pool", "softmax".
+    #: schedule family the templates dispatch on (and the output block's tag):
+    #: "injective", "reduction", "softmax", "matmul", "conv2d",
+    #: "conv2d_backward_weight", "conv2d_winograd", "pool", "norm",
+    #: "optimizer", "dynamic".
     family: str = "injective"
     #: dtypes each input may have.
     dtypes: Sequence[str] = DTYPES
@@ -70,6 +72,42 @@ class Op:
     #: ``{output: input}``: the output may be written into that input's memory
     #: (same shape and dtype, each element read before it is written).
     inplace: Mapping[int, int] = MappingProxyType({})
+
+    # -- traits the graph passes and the measurements read ----------------------
+    #: graph.fuse: a binary op whose operands may swap, so it takes its
+    #: producer's output as an epilogue whichever operand that is.
+    commutative: bool = False
+    #: graph.lower and graph.fuse: its output is its input's memory in another
+    #: shape (a Relax reshape, no kernel), so it takes no epilogue.
+    view: bool = False
+    #: graph.fuse: a relu after it becomes its own ``relu`` attribute (the
+    #: epilogue its template computes) instead of an epilogue entry.
+    relu_attr: bool = False
+    #: graph.layout: reads and writes its weight's channel blocks (``in_block``,
+    #: ``out_block``), so a blocked layout is carried from one such op to the next.
+    channel_blocked: bool = False
+    #: graph.layout and graph.fuse: a pooling whose ``layout`` may be "NCHWc",
+    #: so it reads a channel-blocked input as it is, and in that layout a
+    #: ``image_block_tasks`` producer can compute it in its tasks (``fuse_pools``).
+    pools_blocked: bool = False
+    #: graph.fuse: each parallel task of its kernel writes whole maps of one
+    #: image's output channel block, so a pooling of its output (``fuse_pools``)
+    #: and a producer of its input (``fuse_prologues``) can run in the task.
+    image_block_tasks: bool = False
+    #: graph.fuse: can be computed image by image, register-tiled, inside an
+    #: ``image_block_tasks`` consumer's tasks as its ``prologue``.
+    in_task_prologue: bool = False
+    #: graph.fold: the operands in which the op is affine when the other is a
+    #: constant (``divide``: its dividend only), so a chain of it folds into weights.
+    affine_operands: tuple[int, ...] = ()
+    #: graph.fold: the axis of the weight (input 1) holding the output channels
+    #: (output axis 1) of an op linear in that weight (its NCHW form, without
+    #: a relu), so an affine chain after it folds into the weight and into its
+    #: bias (input 2) where it has one; None: nothing folds into it.
+    fold_weight_axis: int | None = None
+    #: runtime.measure: its work is counted in floating-point operations
+    #: (GFLOPS from ``flops``), not bytes moved (GB/s).
+    compute_bound: bool = False
 
     # -- declared per op ------------------------------------------------------
     def infer_shape(self, *shapes, **attrs):

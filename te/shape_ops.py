@@ -51,6 +51,7 @@ def _ravel(indices, shape):
 @register
 class Reshape(Op):
     name = "reshape"
+    view = True
     grad_inputs = ()
     grad_output = False
     attrs = {"shape": A.Attr(_int_shape, doc="the new shape; one dim may be -1")}

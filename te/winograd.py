@@ -160,6 +160,8 @@ class Conv2dWinograd(Op):
     ``conv2d_packed``'s."""
 
     name = "conv2d_winograd"
+    channel_blocked = True
+    image_block_tasks = True
     differentiable = False
     arity = 2
     family = "conv2d_winograd"

@@ -8,7 +8,7 @@ import pytest
 import kiln
 from kiln import nn
 from kiln.graph import optimize, trace
-from kiln.graph.layout import CONVS, block_layouts
+from kiln.graph.layout import block_layouts
 from kiln.nn.train import build_model
 from kiln.runtime import Predictor
 
@@ -32,7 +32,7 @@ def _optimized(model, x):
 
 def _convs(graph):
     """The convolutions in order, a prologue (graph.fuse.fuse_prologues) before the conv computing it."""
-    return [c for n in graph.nodes if n.op.name in CONVS for c in ([n.prologue] if n.prologue else []) + [n]]
+    return [c for n in graph.nodes if n.op.channel_blocked for c in ([n.prologue] if n.prologue else []) + [n]]
 
 
 def _summary(graph):
@@ -100,7 +100,7 @@ def test_a_value_read_by_an_op_without_blocks_stays_nchw(images, tmp_path):
     nn.init.manual_seed(2)
     model = SharedWithPooling().eval()
     graph = _optimized(model, images)
-    first, second = (n for n in graph.nodes if n.op.name in CONVS)
+    first, second = (n for n in graph.nodes if n.op.channel_blocked)
     assert not first.attrs["out_block"] and len(first.outputs[0].shape) == 4  # max_pool2d reads it too
     assert second.attrs["in_block"] == 0 and not second.attrs["out_block"]  # its output is the graph's
     assert not [n for n in graph.nodes if n.op.name in ("to_blocked", "from_blocked")]
