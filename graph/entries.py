@@ -5,10 +5,9 @@ A module with a symbolic batch has one entry function per batch range
 (``ENTRIES``: 1-8, 9-32, more rows), each with its own kernels, scheduled
 for those rows; a tuned batch size gets an entry compiled for it
 (``graph.lower.build_module``). The thresholds below were set on the digits
-MLP and CNN exports, timed interleaved (``kiln bench --suite inference``,
-``../shared/checks/infer_vs_ort.py``); the figures, per machine, are in
-``benchmarks/RESULTS.md`` ("The batch-entry thresholds").
-"""
+MLP and CNN exports, each call timed interleaved before and after (the
+models of ``kiln bench --suite inference``); the figures, per machine, are
+in ``benchmarks/RESULTS.md`` ("The batch-entry thresholds")."""
 from __future__ import annotations
 
 import numpy as np

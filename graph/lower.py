@@ -26,6 +26,9 @@ from ..schedules.generic import schedule_injective
 from ..schedules.util import is_reduction
 from ..te.shapes import is_static
 from .align import input_params, unaligned
+# static_config: autotune/extract.py and tests/test_schedule_quality.py import it from here, until they
+# import it from graph.entries
+from .entries import ENTRIES, entry_configure, settle, static_config  # noqa: F401
 from .intask import compute_in_task, reduce_in_task
 from .ir import Graph, Node
 
@@ -104,112 +107,6 @@ def to_relax(graph: Graph, name: str = "main", suffix: str = "",
         for kernel, indices in input_params(mod[name]).items():
             mod[kernel] = unaligned(mod[kernel], indices)
     return mod, kernels
-
-
-#: multiply-adds (or elements, for kernels with no arithmetic to speak of)
-#: below which a kernel runs on one thread: a parallel launch costs a few
-#: microseconds. The digits MLP's dense 64 x 64 -> 128 at 64 rows (0.5M)
-#: gains from two (znver4, interleaved: the model 18.8 -> 17.5 us a call);
-#: its 128 -> 10 (82K) would not
-PARALLEL_WORK = 1 << 19
-
-#: bytes of activations (the first input and the outputs) from which a kernel
-#: runs on every thread whatever its work: the data a parallel producer left
-#: split across the cores' caches is read where it lies, and a parallel
-#: consumer reads it so. The digits CNN at 64 rows (znver4, interleaved):
-#: its 1 -> 16 channel conv (0.6M multiply-adds, 278 KB) and its pooling
-#: (524 KB) on one thread cost its 16 -> 32 channel conv 9.6 us and
-#: themselves 8.4 more than timed alone (0.222 -> 0.209 ms a call with them
-#: parallel); at 16 rows, 131 KB, they stay on one thread
-PARALLEL_BYTES = 1 << 18
-
-
-def _one_thread(space: dict) -> dict:
-    return {k: 0 for k in space if k.split(".")[-1].split("_")[-1] == "parallel"}  # parallel, pad.parallel, x_parallel
-
-
-def _elements(shape, rows: int) -> int:
-    """Elements of ``shape`` with each symbolic dim (the batch) ``rows``."""
-    return int(np.prod([d if isinstance(d, int) else rows for d in shape]))
-
-
-def _work(workload, rows: int) -> float:
-    """Multiply-adds (or output elements) of ``rows`` rows of the batch."""
-    shapes = [tuple(d if isinstance(d, int) else rows for d in s) for s in workload.shapes]
-    elements = sum(_elements(s, rows) for s in workload.out_shapes)
-    return max(workload.op.flops(shapes, **workload.attrs) / 2, elements)
-
-
-def _activation_bytes(workload, rows: int) -> int:
-    """Bytes of the first input and the outputs at ``rows`` rows."""
-    pairs = [(workload.shapes[0], workload.dtypes[0]), *zip(workload.out_shapes, workload.out_dtypes)]
-    return sum(_elements(s, rows) * np.dtype(dtype).itemsize for s, dtype in pairs)
-
-
-def _threads(space: dict, workload, rows: int) -> dict:
-    """One thread when ``rows`` rows of ``workload`` are less than
-    ``PARALLEL_WORK`` and move less than ``PARALLEL_BYTES``."""
-    small = _work(workload, rows) < PARALLEL_WORK and _activation_bytes(workload, rows) < PARALLEL_BYTES
-    return _one_thread(space) if small else {}
-
-
-def _few_rows_config(space: dict, workload) -> dict:
-    """Knob values for a kernel serving a batch of 1-8: the template's own
-    ``few_rows`` schedule where it has one (it decides its threads from the
-    work), else one thread (for so few rows a parallel launch costs more
-    than it saves)."""
-    return {"few_rows": 1} if "few_rows" in space else _one_thread(space)
-
-
-def _some_rows_config(space: dict, workload) -> dict:
-    """Knob values for a kernel serving a batch of 9-32: the template's
-    defaults (for dense, a register tile of 8 rows and a copy of the rows:
-    16 rows of 784 -> 512 64-67 us with it, 71-72 without; 64 -> 128: 2.6
-    against 6.0), on one thread below ``PARALLEL_WORK`` at 16 rows (the
-    digits CNN's 1->16 channel conv, its pooling), else in parallel (its
-    16->32 channel conv at 16 rows: 67 us on one thread, 40-60 on two)."""
-    return _threads(space, workload, 16)
-
-
-def _many_rows_config(space: dict, workload) -> dict:
-    """Knob values for a kernel serving more than 32 rows: the template's
-    defaults, on one thread when 64 rows are below ``PARALLEL_WORK`` (a
-    layer so small per row that its launch would cost more than its work)."""
-    return _threads(space, workload, 64)
-
-
-def static_config(space: dict, workload) -> dict:
-    """Knob values for a kernel of static shapes (a training step's): the
-    template's defaults, on one thread when its whole work is below
-    ``PARALLEL_WORK``."""
-    return _threads(space, workload, 1)
-
-
-#: the entry functions of a module with a symbolic batch, the first whose
-#: ``max_batch`` covers a batch runs it: (name, max_batch, the knob values for
-#: a kernel's template given its knobs and workload)
-ENTRIES = (("main_small", 8, _few_rows_config), ("main_some", 32, _some_rows_config),
-           ("main", None, _many_rows_config))
-
-
-def entry_configure(batch: int):
-    """The knob values of the entry serving ``batch`` (``ENTRIES``): what a
-    kernel of a model exported without tuning runs at that batch."""
-    return next(configure for _, limit, configure in ENTRIES if limit is None or batch <= limit)
-
-
-def settle(workload, configure, lower_fn):
-    """``(lowered, config)``: ``configure(knobs, workload)``'s values applied
-    until they hold (a config can bring knobs of its own, a pad stage's);
-    ``lower_fn(config)`` schedules the workload with a config."""
-    lowered, config = lower_fn({}), {}
-    for _ in range(3):
-        wanted = {**config, **configure(lowered.cfg.space, workload)} if configure else {}
-        if wanted == config:
-            break
-        config = wanted
-        lowered = lower_fn(config)
-    return lowered, config
 
 
 def build_module(graph: Graph, meta: dict, target, dynamic_batch: bool = True, batches=()) -> tvm.IRModule:
