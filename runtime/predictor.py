@@ -153,7 +153,7 @@ class Predictor:
             self._check(x)
             plan = self._plans.get(x.shape[0], _UNRECORDED)
             if type(plan) is Replay:  # the common call: replayed, and the output copied out of the plan
-                view = plan(lambda i, shape: self._argument(x, shape))[0]
+                view = plan([x], self._argument)[0]
                 if out is None:
                     return view.copy()
                 self._check_out(out, view, "out")
@@ -199,7 +199,7 @@ class Predictor:
         memory of an input or of an earlier output, and is copied)."""
         plan = self._plans.get(batch, _UNRECORDED)
         if type(plan) is Replay:
-            return plan(lambda i, shape: self._argument(arrays[i], shape, i)), [False] * len(plan.outputs)
+            return plan(arrays, self._argument), [False] * len(plan.outputs)
         args = [self._argument(x, None, i) for i, x in enumerate(arrays)]
         if plan is _UNRECORDED:
             result, plan = self._record(batch, args)

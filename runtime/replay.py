@@ -50,12 +50,12 @@ class Replay:
         self._results = results  # keeps the results' memory (and through the steps, every buffer) alive
         self.outputs = [np.from_dlpack(r) for r in results]
 
-    def __call__(self, argument) -> list[np.ndarray]:
-        """Run the kernels on the inputs: ``argument(i, shape)`` gives input
-        ``i`` as a tensor of ``shape`` (with the recorded dtype and
-        alignment); returns ``outputs``."""
+    def __call__(self, arrays: list, argument) -> list[np.ndarray]:
+        """Run the kernels on the inputs ``arrays``: ``argument(arrays[i],
+        shape, i)`` gives input ``i`` as a tensor of ``shape`` (with the
+        recorded dtype and alignment); returns ``outputs``."""
         steps = self._steps
-        tensors = [argument(i, shape) for i, shape in self.reads]
+        tensors = [argument(arrays[i], shape, i) for i, shape in self.reads]
         for step, position, k in self._slots:
             steps[step][1][position] = tensors[k]
         try:
