@@ -15,7 +15,8 @@ import inspect
 import numpy as np
 from tvm import tirx
 
-from ..errors import ExportError
+from ..errors import DTypeError, ExportError
+from ..te.shapes import DTYPES
 from ..te.value import ValueOps
 from .ir import Graph, Value
 
@@ -69,8 +70,9 @@ def trace(model, example, dynamic_batch: bool = True, *, where: str = "kiln.grap
         One input (named ``x``); the forward's positional arguments (named
         after its parameters where its signature says, else ``in0``,
         ``in1``...); or its keyword arguments (the dict's keys, identifiers),
-        in the order of the forward's parameters. Each is an array of at
-        least one dim.
+        in the order of the forward's parameters (keys only a ``**kwargs``
+        takes after them). Each is an array of at least one dim and of one
+        of ``kiln.te.DTYPES``.
     dynamic_batch : bool
         Every input's first dim becomes the one symbolic batch, so the inputs
         must agree on it.
@@ -103,19 +105,22 @@ def _arguments(model, example, where: str) -> tuple[list[str], list[np.ndarray],
     """``(input names, example arrays, call)``: ``call(values)`` runs the
     forward on values given in the names' order."""
     params = _parameters(model)
+    positional = None if params is None or any(p.kind is p.VAR_POSITIONAL for p in params) else \
+        [p.name for p in params if p.kind in (p.POSITIONAL_ONLY, p.POSITIONAL_OR_KEYWORD)]
     if isinstance(example, dict):
         if not example or not all(isinstance(k, str) and k.isidentifier() for k in example):
             raise ExportError(f"got a dict with keys {list(example)}, expected keyword arguments: one or more "
                               "identifiers", where=where, arg="example")
-        unknown = [k for k in example if params is not None and k not in params]
-        if unknown:
+        known = [] if params is None else [p.name for p in params if p.kind not in (p.VAR_POSITIONAL, p.VAR_KEYWORD)]
+        unknown = [k for k in example if k not in known]
+        if params is not None and unknown and not any(p.kind is p.VAR_KEYWORD for p in params):
             raise ExportError(f"got {', '.join(unknown)}, which the forward does not take; its parameters: "
-                              f"{', '.join(params) or 'none'}", where=where, arg="example")
-        names = [p for p in params if p in example] if params is not None else list(example)
-        positional = params is not None and names == params[:len(names)]  # a Module's __call__ takes no keywords
+                              f"{', '.join(known) or 'none'}", where=where, arg="example")
+        names = [k for k in known if k in example] + unknown
+        by_position = positional is not None and names == positional[:len(names)]  # Module.__call__: no keywords
 
         def call(values):
-            return model(*values) if positional else model(**dict(zip(names, values)))
+            return model(*values) if by_position else model(**dict(zip(names, values)))
         return names, [_array(example[n], n, where) for n in names], call
     items = list(example) if isinstance(example, (tuple, list)) else [example]
     if not items:
@@ -123,25 +128,19 @@ def _arguments(model, example, where: str) -> tuple[list[str], list[np.ndarray],
                           arg="example")
     if len(items) == 1:
         names = ["x"]
-    elif params is not None and len(params) >= len(items):
-        names = params[:len(items)]
+    elif positional is not None and len(positional) >= len(items):
+        names = positional[:len(items)]
     else:
         names = [f"in{i}" for i in range(len(items))]
     return names, [_array(a, n, where) for n, a in zip(names, items)], lambda values: model(*values)
 
 
-def _parameters(model) -> list[str] | None:
-    """The names of the forward's parameters that an argument can fill by
-    position, in order (None where its signature is unknown or takes
-    ``*args``)."""
+def _parameters(model) -> list | None:
+    """The forward's parameters (``inspect.Parameter``), None where its signature is unknown."""
     try:
-        signature = inspect.signature(getattr(model, "forward", model))
+        return list(inspect.signature(getattr(model, "forward", model)).parameters.values())
     except (TypeError, ValueError):
         return None
-    params = list(signature.parameters.values())
-    if any(p.kind is p.VAR_POSITIONAL for p in params):
-        return None
-    return [p.name for p in params if p.kind in (p.POSITIONAL_ONLY, p.POSITIONAL_OR_KEYWORD)]
 
 
 def _array(value, name: str, where: str) -> np.ndarray:
@@ -149,6 +148,9 @@ def _array(value, name: str, where: str) -> np.ndarray:
     if array.ndim == 0:
         raise ExportError(f"input {name!r} is 0-d, expected a batch (at least one dim)", where=where,
                           arg="example")
+    if str(array.dtype) not in DTYPES:
+        raise DTypeError(f"input {name!r} is {array.dtype}, expected one of {', '.join(DTYPES)}", where=where,
+                         arg="example")
     return array
 
 

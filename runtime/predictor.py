@@ -282,7 +282,8 @@ class Predictor:
 
         vm = relax.VirtualMachine(self._lib, tvm.cpu())
         vm.set_instrument(instrument)
-        vm[choose_entry(self._entries, batch, self._names[0])](*[self._argument(x, None, i) for i, x in enumerate(arrays)])
+        vm[choose_entry(self._entries, batch, self._names[0])](*(self._argument(x, None, i)
+                                                                for i, x in enumerate(arrays)))
         rows = []
         for symbol, tensors in calls:
             timer = library.time_evaluator(symbol, tvm.cpu(), number=1, repeat=repeat)

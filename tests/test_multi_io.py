@@ -190,10 +190,26 @@ def test_export_checks_the_example_and_the_forwards_result(tmp_path):
         with pytest.raises(ExportError, match=re.escape(needle)) as info:
             kiln.export(model, example, tmp_path / "m.so")
         assert info.value.where == "kiln.export" and info.value.arg == "example"
+    with pytest.raises(DTypeError, match="input 'mask' is float16") as info:
+        kiln.export(model, (ids, mask.astype("float16")), tmp_path / "m.so")
+    assert info.value.where == "kiln.export" and info.value.arg == "example"
     with pytest.raises(ExportError, match="must return a tensor") as info:
         kiln.export(lambda ids, mask: (model(ids, mask)[0], 1.0), (ids, mask), tmp_path / "m.so")
     assert info.value.arg == "model"
     assert not (tmp_path / "m.so").exists()
+
+
+def test_a_dict_example_fills_keyword_only_parameters_and_any_order(tmp_path):
+    def forward(a, *, scale):
+        return a * scale
+
+    ones = np.ones((1, 3), "float32")
+    predictor = Predictor(kiln.export(forward, {"scale": ones * 2, "a": ones}, tmp_path / "kw.so"))
+    assert [s.name for s in predictor.inputs] == ["a", "scale"]
+    np.testing.assert_array_equal(predictor(np.ones((2, 3), "float32"), scale=np.full((2, 3), 3, "float32")),
+                                  np.full((2, 3), 3, "float32"))
+    with pytest.raises(ExportError, match="its parameters: none"):
+        kiln.export(lambda *xs: xs[0], {"a": ones}, tmp_path / "args.so")
 
 
 def test_inputs_of_a_forward_without_parameter_names_are_numbered(tmp_path):
