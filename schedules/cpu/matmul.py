@@ -1,6 +1,8 @@
-"""CPU template for matmul, batched matmul, dense (with its bias/relu epilogue)
-and dense_packed (dense whose weight is already in panels: no pack_b, and the
-panel width is the weight's, not a knob; see ``panel_width``).
+"""CPU templates for matmul, batched matmul and dense (with its bias/relu
+epilogue: ``schedule_matmul``) and dense_packed (dense whose weight is already
+in panels: ``schedule_dense_packed``, no pack_b, and the panel width is the
+weight's, not a knob; see ``panel_width``). Each is a straight-line schedule
+on its loops' roles (``matmul_roles.py``) of the steps in ``matmul_steps.py``.
 
 The GotoBLAS/BLIS recipe, one knob per decision. Loops, outermost first::
 
@@ -41,9 +43,11 @@ The GotoBLAS/BLIS recipe, one knob per decision. Loops, outermost first::
               (default 1; 0 when B is one panel and A needs no padding:
               nothing reuses the copy. A padded A, a symbolic M included,
               is copied either way, and the pack is that copy in the
-              micro-kernel's order: A^T of 128 x 512 times a 128 x 10
-              gradient, 6-row tiles on AVX2, 97 -> 32 us; a symbolic-batch
-              64 x 512 -> 10 layer on znver4 14.2 -> 10.9 us).
+              micro-kernel's order: faster than the copy in A's own order
+              for A^T of 128 x 512 times a 128 x 10 gradient and a
+              symbolic-batch 64 x 512 -> 10 layer; figures:
+              benchmarks/RESULTS.md, "Template choices: the measurements
+              behind schedules/", ``matmul.py``).
 ``pack_b``    1 to copy B to panels ``[N / tile_n, K, tile_n]`` (per k block).
 ``cols_first`` 1 to order the tasks column range first: the threads split B's
               columns and each runs every row against its range, so a B too
@@ -69,34 +73,38 @@ The GotoBLAS/BLIS recipe, one knob per decision. Loops, outermost first::
 Static shapes the tiles do not divide are padded (``pad_einsum``) instead of
 predicated, so odd sizes keep the fast micro-kernel; the padding goes into
 the packs and is cut off where the output is written.
+
+The defaults were measured with ``python benchmarks/compare_configs.py OP
+--shape ... --config A --config B`` (configs of one kernel interleaved) and
+``kiln bench --suite cpu`` (its matmul and dense rows); figures:
+benchmarks/RESULTS.md, "Template choices: the measurements behind
+schedules/", ``matmul.py``.
 """
 from __future__ import annotations
 
 from ..config import Config
 from ..dispatch import register_template
-from ..generic import schedule_injective
-from ..util import blocks, const_int, divisors, extent, fold_consumers, is_reduction, try_inline
+from ..util import divisors
+from .matmul_roles import MatmulRoles, matmul_roles
+from .matmul_steps import Tasks, Tile, pack, pad_to_tiles, schedule_tiles
 
 TILE_M = (1, 2, 3, 4, 5, 6, 7, 8, 12, 16)
 # the register tile's rows where they fit (AVX-512) and M has as many: 8 rows of 2 vectors keep 16 FMAs in
-# flight, and the tallest tile, 12, was slower at every shape measured. A symbolic M: 64 x 784 -> 512 on 2
-# threads, emeraldrapids: 188-227 us against 246-252, 128 rows 375-400 against 418. Static shapes, same
-# machine, best of 4 interleaved runs, 8 against 12 rows: dense 64/128/256 x 784 -> 512 0.244/0.407/0.797
-# against 0.287/0.471/0.904 ms, 128 x 512 -> 256 0.146 against 0.161, matmul 512^3 1.37 against 1.43,
-# 1024^3 8.7 against 9.2
+# flight, and the tallest tile, 12, was slower at every shape measured (dense and matmul, static and
+# symbolic M; figures: benchmarks/RESULTS.md, "Template choices: the measurements behind schedules/")
 TALL_TILE_M = 8
 # a B of more bytes than this is split among the threads by columns (``cols_first``)
 COLS_FIRST_BYTES = 256 << 10
 FEW_ROWS = 8             # up to this many rows the default is the GEMV-shaped schedule (``few_rows``)
-# multiply-adds from which two threads beat one for few rows: measured on 2 cores (znver5),
-# 1x256->256 1.96 us serial / 1.71 parallel, 1x64->128 0.21 / 0.88, 1x784->512 14.6 / 6.9
+# multiply-adds from which two threads beat one for few rows, measured on 2 cores (figures:
+# benchmarks/RESULTS.md, "Template choices: the measurements behind schedules/")
 PARALLEL_WORK = 1 << 16
 FULL_K_MAX = 1024        # up to this K the whole reduction runs in registers by default
 K_BLOCK = 512            # the default k block beyond it
 A_BLOCK_BYTES = 192 << 10  # A's packed block: well inside a 512 KB L2 next to the B panel
-# the least share of the threads' time spent working that the default row blocks leave (``_balance``):
-# a weight gradient 784 x 128 -> 512 (X^T dY, 98 tiles of 8 rows) in 7 blocks ran 0.56 ms on 2 threads
-# (znver4), in 14 blocks 0.50
+# the least share of the threads' time spent working that the default row blocks leave (``_balance``): a
+# weight gradient 784 x 128 -> 512 (X^T dY, 98 tiles of 8 rows) ran faster in 14 blocks than in 7 on 2
+# threads (figures: benchmarks/RESULTS.md, "Template choices: the measurements behind schedules/")
 BALANCE = 0.9
 MAX_TASKS = 8  # per thread, the most row blocks a better balance may bring
 
@@ -113,6 +121,102 @@ def panel_width(n: int | None, dtype: str, target) -> int:
     return lanes * (2 if n is None or n > lanes else 1)
 
 
+@register_template("cpu", ops=("matmul", "dense"))
+def schedule_matmul(sch, block, cfg: Config) -> None:
+    """``matmul`` and ``dense``: B copied into panels of ``tile_n`` columns (``pack_b``)."""
+    r = matmul_roles(sch, cfg)
+    width = panel_width(r.n, r.dtype, cfg.target) // r.lanes
+    if _few(r):  # the rows themselves must be a register tile (rows x vectors, the B vectors, a broadcast)
+        width = max([v for v in range(1, width + 1) if r.m * v + v + 1 <= cfg.target.vector_registers] or [1])
+    tile_n = cfg.define_knob("tile_n", tuple(r.lanes * v for v in (1, 2, 3, 4)), default=r.lanes * width)
+    few = cfg.define_knob("few_rows", (0, 1), default=int(_few(r)))
+    tile = _register_tile(cfg, r, tile_n, few, exact=bool(few))
+    pack_a = _pack_a(cfg, r, tile, few)
+    pack_b = cfg.define_knob("pack_b", (0, 1), default=int(r.b_matrix and not few)) and r.b_matrix
+    par = _parallel(cfg, r, few)
+    pad_to_tiles(sch, r, tile)
+    tasks = _tasks(cfg, r, tile, few, par)
+    packs = (pack(sch, r, 0, tile.m, cfg, transposed="transpose_a") if pack_a else None,
+             pack(sch, r, 1, tile.n, cfg, transposed="transpose_b") if pack_b else None)
+    *batch, m, n, k = sch.get_loops(r.red)
+    no, ni = sch.split(n, [None, tile.n])
+    schedule_tiles(sch, cfg, r, tile, tasks, packs, (batch, m, no, ni, k))
+
+
+@register_template("cpu", ops=("dense_packed",))
+def schedule_dense_packed(sch, block, cfg: Config) -> None:
+    """``dense_packed``: B read from its panels, whose width is ``tile_n``;
+    a k step that divides K by default (padding K would copy the weight)."""
+    r = matmul_roles(sch, cfg, panels=True)
+    few = cfg.define_knob("few_rows", (0, 1), default=int(_few(r)))
+    tile = _register_tile(cfg, r, r.panel, few, exact=True)
+    pack_a = _pack_a(cfg, r, tile, few)
+    par = _parallel(cfg, r, few)
+    pad_to_tiles(sch, r, tile)
+    tasks = _tasks(cfg, r, tile, few, par)
+    packs = (pack(sch, r, 0, tile.m, cfg, transposed="transpose_a") if pack_a else None, None)
+    m, no, ni, k = sch.get_loops(r.red)
+    schedule_tiles(sch, cfg, r, tile, tasks, packs, ((), m, no, ni, k))
+
+
+def _few(r: MatmulRoles) -> bool:
+    """``few_rows``' default: a concrete M of at most ``FEW_ROWS``."""
+    return r.m is not None and r.m <= FEW_ROWS
+
+
+def _register_tile(cfg: Config, r: MatmulRoles, tile_n: int, few: int, exact: bool) -> Tile:
+    """``tile_m`` (the most rows that fit the registers beside ``tile_n``'s
+    vectors, ``TALL_TILE_M`` where it fits; the rows themselves for few rows
+    of a symbolic M) and ``unroll_k`` (with ``exact``, one that divides K)."""
+    vectors = -(-tile_n // r.lanes)
+    fits = [t for t in TILE_M if t * vectors + vectors + 1 <= cfg.target.vector_registers]
+    tall = max(t for t in fits if r.m is None or t <= max(r.m, 1))
+    if TALL_TILE_M in fits and (r.m is None or r.m >= TALL_TILE_M):
+        tall = TALL_TILE_M
+    tile_m = cfg.define_knob("tile_m", TILE_M, default=1 if few and r.m is None else tall)
+    unroll_k = cfg.define_knob("unroll_k", (1, 2, 4, 8), default=_default_unroll(r.k, exact))
+    return Tile(tile_m, tile_n, unroll_k)
+
+
+def _pack_a(cfg: Config, r: MatmulRoles, tile: Tile, few: int) -> int:
+    """``pack_a``: A's block is worth a copy when several B panels reuse it,
+    or when A is copied anyway to pad it."""
+    one_panel = r.n is not None and r.n <= tile.n
+    # a symbolic dim is padded too (``pad_to_tiles``), so a symbolic M is a padded A
+    padded_a = any(t > 1 and (e is None or e % t) for e, t in ((r.m, tile.m), (r.k, tile.k)))
+    return cfg.define_knob("pack_a", (0, 1), default=int(
+        r.a_matrix and not few and (not one_panel or padded_a))) and r.a_matrix
+
+
+def _parallel(cfg: Config, r: MatmulRoles, few: int) -> int:
+    """``parallel``; few rows only from ``PARALLEL_WORK`` multiply-adds, a
+    symbolic M counting as one row (the work the smallest call does)."""
+    return cfg.define_knob("parallel", (0, 1), default=int(not few or _count((r.m, r.n, r.k)) >= PARALLEL_WORK))
+
+
+def _tasks(cfg: Config, r: MatmulRoles, tile: Tile, few: int, par: int) -> Tasks:
+    """``tile_k``, ``block_m``, ``cols_first`` and ``block_n``, on the
+    padded dims."""
+    k_pad = _round_up(r.k, tile.k) if r.k else None
+    k_opts = tuple(_k_blocks(k_pad, tile.k)) if k_pad else (tile.k,)
+    tile_k = cfg.define_knob("tile_k", k_opts, default=_default_k_block(k_pad, k_opts))
+    k_step = tile_k if k_pad else 1024  # what a task's A block holds along k
+    m_tiles = -(-r.m // tile.m) if r.m else None
+    n_panels = -(-r.n // tile.n) if r.n else None
+    cores = cfg.target.cores
+    block_m = cfg.define_knob("block_m", divisors(m_tiles),
+                              default=_default_block_m(m_tiles, tile.m * k_step * r.elem, r.batch, cores))
+    row_tasks = _count(r.batch) * -(-m_tiles // block_m) if m_tiles and None not in r.batch else None
+    row_tasks = row_tasks or (1 if few else None)  # few rows: the columns give the threads their work
+    b_bytes = (k_pad or 0) * (r.n or 0) * r.elem
+    split = _column_range(n_panels, cores)
+    cols_first = cfg.define_knob("cols_first", (0, 1), default=int(
+        bool(par) and not few and b_bytes > COLS_FIRST_BYTES and split is not None))
+    block_n = cfg.define_knob("block_n", divisors(n_panels), default=(
+        split if cols_first and split else _default_block_n(n_panels, row_tasks, cores)))
+    return Tasks(tile_k, k_pad is not None and tile_k < k_pad, block_m, block_n, cols_first, par)
+
+
 def _default_unroll(k: int | None, exact: bool) -> int:
     if exact and k is not None:  # a k step that divides K: padding K would copy the weight on every call
         return max(u for u in (1, 2, 4) if k % u == 0)
@@ -125,117 +229,6 @@ def _round_up(x: int, f: int) -> int:
 
 def _k_blocks(k: int, unroll: int) -> list[int]:
     return [d for d in range(unroll, k + 1, unroll) if k % d == 0]
-
-
-@register_template("cpu", ops=("matmul", "dense", "dense_packed"))
-def schedule_matmul(sch, block, cfg: Config) -> None:
-    red = next(b for b in blocks(sch) if is_reduction(sch, b))
-    loops = sch.get_loops(red)
-    prepacked = cfg.workload.op.name == "dense_packed"  # loops (m, panel, lane, k): B is already in panels
-    nbatch = len(loops) - 3 - prepacked
-    m_ext, k_ext = (const_int(extent(sch, lp)) for lp in (loops[nbatch], loops[-1]))
-    batch_ext = [const_int(extent(sch, lp)) for lp in loops[:nbatch]]
-    dtype = str(sch.get(red).writes[0].source.dtype)
-    lanes = cfg.target.lanes(dtype)
-    elem = max(1, int("".join(c for c in dtype if c.isdigit()) or 32) // 8)
-    a_matrix, b_matrix = (len(sch.get(red).reads[i].source.shape) >= 2 for i in (0, 1))
-
-    registers = cfg.target.vector_registers
-    few_rows = m_ext is not None and m_ext <= FEW_ROWS
-    if prepacked:  # the panel width is the weight's layout, not a choice
-        panels, tile_n = (const_int(extent(sch, lp)) for lp in loops[-3:-1])
-        n_ext = panels * tile_n if panels else None
-    else:
-        n_ext = const_int(extent(sch, loops[-2]))
-        width = panel_width(n_ext, dtype, cfg.target) // lanes
-        if few_rows:  # the rows themselves must be a register tile (rows x vectors, the B vectors, a broadcast)
-            width = max([v for v in range(1, width + 1) if m_ext * v + v + 1 <= registers] or [1])
-        tile_n = cfg.define_knob("tile_n", tuple(lanes * v for v in (1, 2, 3, 4)), default=lanes * width)
-    few = cfg.define_knob("few_rows", (0, 1), default=int(few_rows))
-    vectors = -(-tile_n // lanes)
-    fits = [t for t in TILE_M if t * vectors + vectors + 1 <= registers]
-    tall = max(t for t in fits if m_ext is None or t <= max(m_ext, 1))
-    if TALL_TILE_M in fits and (m_ext is None or m_ext >= TALL_TILE_M):
-        tall = TALL_TILE_M
-    tile_m = cfg.define_knob("tile_m", TILE_M, default=1 if few and m_ext is None else tall)
-    unroll_k = cfg.define_knob("unroll_k", (1, 2, 4, 8), default=_default_unroll(k_ext, prepacked or few))
-    # A's block is worth a copy when several B panels reuse it, or when A is copied anyway to pad it
-    one_panel = n_ext is not None and n_ext <= tile_n
-    # a symbolic dim is padded too (below), so a symbolic M is a padded A
-    padded_a = any(t > 1 and (e is None or e % t) for e, t in ((m_ext, tile_m), (k_ext, unroll_k)))
-    pack_a = cfg.define_knob("pack_a", (0, 1), default=int(
-        a_matrix and not few and (not one_panel or padded_a))) and a_matrix
-    pack_b = 0 if prepacked else cfg.define_knob("pack_b", (0, 1), default=int(b_matrix and not few)) and b_matrix
-    # few rows: a symbolic M counts as one row (the work the smallest call does)
-    par = cfg.define_knob("parallel", (0, 1), default=int(not few or _count((m_ext, n_ext, k_ext)) >= PARALLEL_WORK))
-
-    pads = [tile_m, tile_n, unroll_k]
-    if any(p > 1 and (e is None or e % p) for e, p in zip((m_ext, n_ext, k_ext), pads)):
-        # a symbolic dim is padded too: its last tile then never needs a bounds check but the write-back's
-        sch.pad_einsum(red, [1] * nbatch + ([tile_m, 1, 1, unroll_k] if prepacked else pads))
-    k_pad = _round_up(k_ext, unroll_k) if k_ext else None
-    k_opts = tuple(_k_blocks(k_pad, unroll_k)) if k_pad else (unroll_k,)
-    tile_k = cfg.define_knob("tile_k", k_opts, default=_default_k_block(k_pad, k_opts))
-    blocked = k_pad is not None and tile_k < k_pad
-    k_step = tile_k if k_pad else 1024  # what a task's A block holds along k
-
-    m_tiles = -(-m_ext // tile_m) if m_ext else None
-    n_panels = -(-n_ext // tile_n) if n_ext else None
-    block_m = cfg.define_knob("block_m", divisors(m_tiles),
-                              default=_default_block_m(m_tiles, tile_m * k_step * elem, batch_ext, cfg.target.cores))
-    row_tasks = _count(batch_ext) * -(-m_tiles // block_m) if m_tiles and None not in batch_ext else None
-    row_tasks = row_tasks or (1 if few else None)  # few rows: the columns give the threads their work
-    b_bytes = (k_pad or 0) * (n_ext or 0) * elem
-    split = _column_range(n_panels, cfg.target.cores)
-    cols_first = cfg.define_knob("cols_first", (0, 1), default=int(
-        bool(par) and not few and b_bytes > COLS_FIRST_BYTES and split is not None))
-    block_n = cfg.define_knob("block_n", divisors(n_panels), default=(
-        split if cols_first and split else _default_block_n(n_panels, row_tasks, cfg.target.cores)))
-
-    packs = [_pack(sch, red, 0, tile_m, cfg, transposed="transpose_a") if pack_a else None,
-             _pack(sch, red, 1, tile_n, cfg, transposed="transpose_b") if pack_b else None]
-
-    loops = sch.get_loops(red)
-    if prepacked:
-        batch, (m, no, ni, k) = [], loops
-    else:
-        batch, (m, n, k) = loops[:-3], loops[-3:]
-        no, ni = sch.split(n, [None, tile_n])
-    mo, mi = sch.split(m, [None, tile_m])
-    mb, mo = sch.split(mo, [None, block_m])
-    nb, no = sch.split(no, [None, block_n])
-    ko, ki = sch.split(k, [None, tile_k]) if blocked else (None, k)
-    ku, kk = sch.split(ki, [None, unroll_k])
-    outer = [ko] if blocked else []
-    sch.reorder(*outer, *batch, *((nb, mb) if cols_first else (mb, nb)), no, mo, ku, kk, mi, ni)
-    acc = None
-    if not blocked:  # the whole reduction in registers: a local tile written back once
-        acc = sch.cache_write(red, 0, "local")
-        sch.reverse_compute_at(acc, mo)
-    sch.vectorize(ni)  # before decompose_reduction (TVM rejects it after)
-    sch.unroll(mi)
-    sch.unroll(kk)
-    task = sch.fuse(*batch, *((nb, mb) if cols_first else (mb, nb)))
-    if par:
-        sch.parallel(task)
-    if packs[0] is not None:
-        sch.compute_at(packs[0], task, preserve_unit_loops=True)  # a K of 1 keeps its loop (_order_pack_a)
-        _order_pack_a(sch, packs[0], tile_m, bool(cfg.workload.attrs.get("transpose_a")))
-    if packs[1] is not None and blocked:
-        sch.compute_at(packs[1], ko)
-    init = sch.decompose_reduction(red, ko if blocked else ku)
-
-    if blocked:
-        _flat_parallel(sch, init, lanes)
-    else:
-        sch.vectorize(sch.get_loops(init)[-1])
-        _write_back(sch, acc, lanes, cfg)
-    if packs[1] is not None:
-        _flat_parallel(sch, packs[1], lanes, skip=1 if blocked else 0)
-    done = {_name(sch, b) for b in (red, acc, init, *packs) if b is not None}
-    for name in [_name(sch, b) for b in blocks(sch)]:
-        if name not in done:  # padding copies of unpacked operands; the unpadding and epilogue when blocked
-            _schedule_rest(sch, sch.get_sblock(name), _name(sch, red), cfg)
 
 
 def _default_k_block(k_pad, options) -> int:
@@ -288,70 +281,3 @@ def _count(dims) -> int:
     for d in dims:
         total *= d or 1
     return total
-
-
-def _pack(sch, red, index: int, tile: int, cfg: Config, transposed: str):
-    """Copy operand ``index`` to ``[..., outer / tile, K, tile]`` (its padding folded in)."""
-    source = str(sch.get(red).reads[index].source.name)
-    pack = sch.cache_read(red, index, "global")
-    swap = bool(cfg.workload.attrs.get(transposed))
-    if index == 0:  # A is (..., M, K), or (..., K, M) transposed
-        layout = (lambda *i: (*i[:-2], i[-1] // tile, i[-2], i[-1] % tile)) if swap else \
-            (lambda *i: (*i[:-2], i[-2] // tile, i[-1], i[-2] % tile))
-    else:  # B is (..., K, N), or (..., N, K) transposed
-        layout = (lambda *i: (*i[:-2], i[-2] // tile, i[-1], i[-2] % tile)) if swap else \
-            (lambda *i: (*i[:-2], i[-1] // tile, i[-2], i[-1] % tile))
-    sch.transform_layout(red, ("read", index), layout)
-    for producer in sch.get_producers(pack):  # the padding goes into the pack
-        if sch.get(producer).name_hint == source:
-            try_inline(sch, producer)
-    return pack
-
-
-def _order_pack_a(sch, pack, tile_m: int, transposed: bool) -> None:
-    """Copy a task's A block one packed row ``[k, 0:tile_m]`` at a time, a
-    vector store each: row by row, every element of the copy would be a
-    scalar store ``tile_m`` floats from the last (64 x 512 -> 10 on one
-    thread: 60 us with the copy in that order, 9 us without a copy at all)."""
-    *_, first, second = sch.get_loops(pack)
-    m, k = (second, first) if transposed else (first, second)
-    mo, mi = sch.split(m, [None, tile_m])
-    sch.reorder(mo, k, mi)
-    sch.vectorize(mi)
-
-
-def _write_back(sch, acc, lanes: int, cfg: Config) -> None:
-    """Fold the un-padding and the epilogue (dense bias/relu, 1-D squeeze) into
-    the block that writes the accumulator tile back, and vectorize it."""
-    rest = fold_consumers(sch, acc)
-    if rest is not None:  # e.g. a rank-changing squeeze: scheduled on its own
-        schedule_injective(sch, rest, cfg, "epilogue.")
-    own = sch.get_loops(acc)[3:]  # below (task, n panel, m tile)
-    if not own:
-        return
-    inner = sch.fuse(*own) if len(own) > 1 else own[0]
-    _, vec = sch.split(inner, [None, lanes])
-    sch.vectorize(vec)
-
-
-def _flat_parallel(sch, block, lanes: int, skip: int = 0) -> None:
-    """Fuse the block's loops below the first ``skip``; vectorize and parallelize."""
-    loops = sch.get_loops(block)[skip:]
-    if not loops:
-        return
-    fused = sch.fuse(*loops) if len(loops) > 1 else loops[0]
-    outer, vec = sch.split(fused, [None, lanes])
-    sch.vectorize(vec)
-    sch.parallel(outer)
-
-
-def _name(sch, block) -> str:
-    return sch.get(block).name_hint
-
-
-def _schedule_rest(sch, block, red_name: str, cfg: Config) -> None:
-    """A copy that feeds the micro-kernel stays a parallel pass of its own;
-    one after it (the unpadding) is inlined into its consumer when it has one."""
-    feeds = any(_name(sch, c) == red_name for c in sch.get_consumers(block))
-    if feeds or not try_inline(sch, block):
-        schedule_injective(sch, block, cfg, "pad." if _name(sch, block).endswith("_pad") else "epilogue.")
