@@ -15,9 +15,10 @@ blocks, and on a fused epilogue's blocks: ``schedule_auto``):
               fuse every loop. Default 1 where a vector of the fused loop
               would cross rows and compute each lane's indices with a
               division and a modulo: the zero-padding stage of a weight
-              gradient ran scalar with four of them per element (znver3:
-              ResNet-18's stride-2 layer at batch 8 14.8 -> 10.3 ms, the
-              digits CNN's 64x16x8x8 0.60 -> 0.37 ms).
+              gradient ran scalar with four of them per element, 1.4-1.6x
+              slower (``python benchmarks/compare_configs.py``, ``rows`` 0
+              against 1; figures: benchmarks/RESULTS.md, "Template
+              choices: the measurements behind schedules/").
 ``parallel``  1 to run the outer loop on the thread pool (default: when the
               work is at least ``PARALLEL_MIN`` elements or unknown).
 ``rfactor``   reductions only: 1 to vectorize a factored slice of the
@@ -60,8 +61,9 @@ def schedule_injective(sch, block, cfg: Config, prefix: str = "", parallel: bool
     row_options = (0, 1) if len(loops) > 1 and width is not None and width > 1 else (0,)
     rows = cfg.define_knob(prefix + "rows", row_options, default=_declared(
         cfg, prefix + "rows", int(not flat and len(row_options) > 1)))
-    # a row narrower than a vector is still vectorized whole from half a vector up (relu over 14-wide rows:
-    # 130 GB/s vectorized, 17 scalar; 7-wide rows 38 and 43, znver4)
+    # a row narrower than a vector is still vectorized whole from half a vector up (relu over 14- and 7-wide
+    # rows, ``benchmarks/compare_configs.py relu``; figures: benchmarks/RESULTS.md, "Template choices: the
+    # measurements behind schedules/")
     vectorizable = (n is None or n >= lanes) and (flat if not rows else width >= max(2, lanes // 2))
     # blocks that share a prefix (a template's pad copies of both operands) share its knobs: the first
     # declares the defaults
@@ -152,10 +154,12 @@ def _vectors_align(extents: list, lanes: int) -> bool:
     product of its extents) falls on a vector boundary or inside one vector
     a whole number of times, or when the nest is 2-D with no partial last
     vector (``i // w * w + i % w`` folds). Otherwise every lane's index is
-    computed apart, even for an elementwise op: relu over 64x32x28x28 ran at
-    10 GB/s fused and 167 by rows (znver4), 16x32x7x7 9.5 and 43, 100x30 11
-    and 121; fused, 128x10 224 and 1000x30 46 (rows 135 and 43). A symbolic
-    extent ends the check (the boundaries inside it align)."""
+    computed apart, even for an elementwise op: relu ran 4-17x slower fused
+    than by rows on such nests, and fused as fast or faster where they align
+    (``benchmarks/compare_configs.py relu``, ``rows`` 0 against 1; figures:
+    benchmarks/RESULTS.md, "Template choices: the measurements behind
+    schedules/"). A symbolic extent ends the check (the boundaries inside it
+    align)."""
     product = 1
     for e in reversed(extents):
         if e is None:
@@ -199,10 +203,9 @@ def schedule_reduction(sch, block, cfg: Config, prefix: str = "") -> None:
     width = adjacent or max((v for v in slices if v <= lanes), default=None)  # the slice's default lanes
     # the slice is the better default wherever it reads contiguous memory: a reduction over an input's
     # trailing dims (row sums, per-channel sums of NCHW data) 1.5-5x faster than vectors across outputs,
-    # which gather them from strided rows (emeraldrapids, ``sum``: 128 x 512 over its rows 25 -> 4.6 us,
-    # 64x32x8x8 per channel 31 -> 8.1, 8x64x56x56 616 -> 271), and so is a slice of a half or a quarter
-    # of a vector where no whole one divides those dims (1024 x 1000 over rows, 8 lanes: 178 -> 49 us;
-    # 8x256x14x14 per channel, 4 lanes: 75 -> 36)
+    # which gather them from strided rows, and so is a slice of a half or a quarter of a vector where no
+    # whole one divides those dims (``benchmarks/compare_configs.py sum``, ``rfactor`` 0 against 1;
+    # figures: benchmarks/RESULTS.md, "Template choices: the measurements behind schedules/")
     use_rf = cfg.define_knob(prefix + "rfactor", (0, 1) if can_rf else (0,), default=int(
         can_rf and inner_reduce and ((last_sp is not None and last_sp < lanes) or adjacent is not None))) \
         if spatial else 0

@@ -1,8 +1,10 @@
-"""The CPU conv template's default knob values (``schedules/cpu/conv2d.py``):
-the register tile (``tile_oc`` x ``tile_ow`` within a register budget), the
-rows of a parallel task, where the zero padding is copied, and the channel
-block an exporter packs a constant weight with. Each rule's measurements are
-with its constant.
+"""The CPU conv templates' default knob values (``schedules/cpu/conv2d.py``,
+``conv2d_transposed.py``): the register tile (``tile_oc`` x ``tile_ow``
+within a register budget), the rows of a parallel task, where the zero
+padding is copied, and the channel block an exporter packs a constant weight
+with. Each rule's reasoning is with its constant (figures:
+benchmarks/RESULTS.md, "Template choices: the measurements behind
+schedules/").
 """
 from __future__ import annotations
 
@@ -41,7 +43,7 @@ def default_tiles(channels: int | None, width: int | None, lanes: int, budget, s
 
 
 def conv_tiles(channels: int, width: int, lanes: int, budget, step: int, skip: bool, stride) -> tuple[int, int]:
-    """(tile_oc, tile_ow): ``schedule_conv2d``'s default register tile:
+    """(tile_oc, tile_ow): the conv templates' default register tile:
     ``default_tiles``, or, where the template unrolls the map (``skip``: the padding's products
     left out) and a row of one channel vector fits the registers, a tile as
     wide as the map: one copy of the kernel per row. Not under a stride, where
@@ -56,10 +58,11 @@ def conv_tiles(channels: int, width: int, lanes: int, budget, step: int, skip: b
 #: accumulators that keep both FMA pipes busy through the FMA latency (2 x 4 cycles)
 LATENCY_ACCUMULATORS = 8
 
-#: a strided data gradient's accumulators on AVX-512: ResNet-18's stride-2 layers (znver4,
-#: interleaved, batch 1 / 8) ran one vector x 14 columns at 182 / 206 GFLOPS on a 28-wide map
-#: where two vectors x 14 (28 accumulators, every register) ran 150 / 174 and two x 4 145 / 168;
-#: 141 / 184 vs 122 / 152 on a 14-wide map; on a 56-wide map two x 8 and one x 14 tie (190)
+#: a strided data gradient's accumulators on AVX-512: on ResNet-18's stride-2 layers one vector x 14
+#: columns ran 1.15-1.25x two vectors x 14 (28 accumulators, every register) and two x 4 on 28- and
+#: 14-wide maps; on a 56-wide map two x 8 and one x 14 tie (``benchmarks/compare_configs.py
+#: conv2d_backward_data``; figures: benchmarks/RESULTS.md, "Template choices: the measurements behind
+#: schedules/")
 PHASED_WIDE_ACCUMULATORS = 16
 
 
@@ -98,10 +101,10 @@ PHASED_TASK_MACS = 1 << 23
 
 #: a padded conv's tasks may grow to this many multiply-adds while an image still splits into
 #: ``TASKS_PER_IMAGE`` tasks: a task of one row pads the kernel's rows (3 for a 3x3) to advance one,
-#: a task of many rows pads each row about once. ResNet-18's padded layers on znver4 (AVX-512, 2 cores,
-#: interleaved against tasks of one row): batch 8 1.03-1.07x (3x3 stride 1, forward and data gradient;
-#: 1.02-1.03 stride 2; 1.05 the 7x7 stem), batch 1 1.01-1.05x; 512x7x7 0.97-1.03 (noise). A 1x1 conv
-#: (nothing to pad) keeps ``TASK_MACS``: 28 rows ran at 0.93-0.96x 4
+#: a task of many rows pads each row about once: 1-7% faster than tasks of one row on ResNet-18's padded
+#: layers (``benchmarks/compare_configs.py conv2d``, ``task_rows``). A 1x1 conv (nothing to pad) keeps
+#: ``TASK_MACS``: more rows ran slower there (figures: benchmarks/RESULTS.md, "Template choices: the
+#: measurements behind schedules/")
 PADDED_TASK_MACS = 1 << 24
 
 #: tasks an image of a padded conv keeps at least (channel blocks x row blocks), so one image still

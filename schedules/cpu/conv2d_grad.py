@@ -19,10 +19,10 @@ padding are parallel injective loops (the padding by rows: ``rows`` in
               seven rows, not two vectors by one. One vector where every
               tile streams a single slice of ``gyt`` larger than
               ``CHUNK_BYTES`` from beyond L2 (deep layers at batch 8): the
-              fewest bytes of it per multiply-add (znver3, 256x14x14 at
-              batch 8: 20.3 ms against 25.0 for two vectors by six rows),
-              and on stride-1 maps 14 wide, where two vectors by six rows
-              ran at 0.55-0.75x (a measured quirk of the generated loop).
+              fewest bytes of it per multiply-add (256x14x14 at batch 8: 1.2x
+              the speed of two vectors by six rows), and on stride-1 maps 14
+              wide, where two vectors by six rows ran at 0.55-0.75x (a
+              measured quirk of the generated loop).
 ``tile_c``    input channels per tile (a divisor of C).
 ``tile_k``    kernel taps per channel in a tile: a block of (i, j) space (a
               divisor of KW, or KW times a divisor of KH), so the tile's
@@ -31,9 +31,7 @@ padding are parallel injective loops (the padding by rows: ``rows`` in
               the most channels: on AVX2 a 3x3 kernel takes two vectors by
               two channels' rows of three taps (12 accumulators, 8 loads per
               12 multiply-adds) over one vector by a channel's nine taps (10
-              per 9): ResNet-18's stride-2 64x56->128 at batch 1 1.15 ->
-              0.90 ms, 128x28->256 at batch 8 14.7 -> 12.0, 64x56x56 at
-              batch 1 2.08 -> 1.76 (znver3, noisy).
+              per 9): 1.2-1.3x on ResNet-18's layers measured.
 ``chunks``    slices of the (batch x output row) reduction, each summed into
               its own partial result (``rfactor``) and added up at the end:
               a slice of ``gyt`` then stays in cache while every tile reads
@@ -41,15 +39,15 @@ padding are parallel injective loops (the padding by rows: ``rows`` in
               per tile (56x56 maps: 3 MB per tile). Default: the fewest
               slices of at most ``CHUNK_BYTES`` of ``gyt``; one when the
               result is at least as large as ``gyt`` (deep layers: the
-              partial sums would outweigh the re-reads; ResNet-18's 512x7x7
-              at batch 8 on znver3, 2 slices 37.6 ms against 30.2 for one).
+              partial sums would outweigh the re-reads: ResNet-18's 512x7x7
+              at batch 8 ran 1.25x slower in 2 slices than in one).
 ``direct_out`` 1 to write each register tile straight to OIHW (one output
               channel's (c, i, j) rows are contiguous there) instead of to a
               channels-last result transposed in a pass of its own; with one
               slice only (the slices' sum is a reduction of its own). The
-              pass cost as much as the arithmetic where the result is large:
-              ResNet-18's 512x7x7 at batch 1, 9.4 -> 4.5 ms on znver3
-              (256x14x14 3.45 -> 2.27, 128x28x28 2.62 -> 1.86). Default 1.
+              pass cost as much as the arithmetic where the result is large
+              (ResNet-18's 512x7x7 at batch 1 ran twice as fast with
+              it). Default 1.
 ``parallel``  1 to run the tiles (of every slice) on the thread pool.
 ``pixels``    1 for the other schedule, vectorized over output columns
               (``_schedule_pixels``): ``gy`` read as it is, no transpose;
@@ -59,10 +57,16 @@ padding are parallel injective loops (the padding by rows: ``rows`` in
               (and, under a stride, the padded width whole phases). Default
               1 where the channels-last tile holds fewer accumulators than
               hide the FMA latency: ResNet-18's 7x7 stem (one vector by 7
-              taps against 4 channels by 3 taps; znver3, interleaved: batch
-              8 60-62 -> 88 GFLOPS, PyTorch 69-73; batch 1 75-78 -> 95-102).
-              64x56x56 runs at parity and keeps the channels-last tile.
+              taps against 4 channels by 3 taps: 1.2-1.5x, at batch 8 past
+              PyTorch's speed). 64x56x56 runs at parity and keeps the
+              channels-last tile.
 ``pixel_o``   output channels of a ``pixels`` tile (a divisor of O up to 6).
+
+The defaults were measured on ResNet-18's layers with ``python
+benchmarks/compare_configs.py conv2d_backward_weight --shape ... --config A
+--config B --torch`` (configs interleaved, PyTorch's kernel beside them);
+figures: benchmarks/RESULTS.md, "Template choices: the measurements behind
+schedules/", ``conv2d_grad.py``.
 """
 from __future__ import annotations
 
@@ -78,8 +82,8 @@ from .conv2d_defaults import LATENCY_ACCUMULATORS, register_budget
 #: bytes of ``gyt`` a reduction slice may read (within a core's L2)
 CHUNK_BYTES = 512 << 10
 #: bytes of ``gy`` a reduction slice of ``pixels`` may read: every tile visits the slice, which stays in
-#: L1/L2 when small (the stem at batch 8, znver3: slices of 2, 4, 8 and 16 rows of 28 KB 88, 94, 85 and 81
-#: GFLOPS; the channels-last schedule 70)
+#: L1/L2 when small (the stem at batch 8: slices of 4 rows of 28 KB ran fastest of 2 to 16; figures:
+#: benchmarks/RESULTS.md, "Template choices: the measurements behind schedules/")
 PIXEL_CHUNK_BYTES = 128 << 10
 #: output channels of a pixel tile: at most, and the default (4 x 3 taps: 12 lanes' accumulators)
 PIXEL_O_MAX, PIXEL_O_DEFAULT = 6, 4
@@ -120,8 +124,8 @@ def schedule_conv2d_backward_weight(sch, block, cfg: Config) -> NotApplicable | 
     def best_tile_o(chunks: int) -> int:
         # one vector where gy is streamed from beyond L2 by every tile (one slice, larger than a core's share
         # of it): the fewest bytes of it per multiply-add; and, measured, not explained, on stride-1 maps 14
-        # wide, where two vectors by six rows ran at 0.55-0.75x one vector by nine (znver3: 128x14x14 and
-        # 256x14x14 at batch 1 and 2; 12, 16, 28 and 56 wide ran 1.1-1.2x)
+        # wide, where two vectors by six rows ran at 0.55-0.75x one vector by nine (12, 16, 28 and 56 wide ran
+        # 1.1-1.2x; figures: benchmarks/RESULTS.md, "Template choices: the measurements behind schedules/")
         one_vector = (chunks == 1 and gy_bytes > CHUNK_BYTES) or \
             (sums[2] == 14 and cfg.workload.attrs["stride"][1] == 1)
 
@@ -256,8 +260,8 @@ def _schedule_pixels(sch, name: str, cfg: Config, lanes: int, chunks: int, tile_
     cko, cki = _tap_blocks(sch, c, i, j, tile_c, tile_k)
     oo, oi = sch.split(o, [None, pixel_o])
     # output channels outside the taps: the taps' input vectors stay in registers while each gy vector
-    # streams (the other order held the gy vectors and spilled an accumulator; the stem at batch 8 on
-    # znver3: 88-94 GFLOPS against 69-77)
+    # streams (the other order held the gy vectors and spilled an accumulator: the stem at batch 8 ran
+    # 1.1-1.4x slower; figures: benchmarks/RESULTS.md, "Template choices: the measurements behind schedules/")
     sch.reorder(rko, cko, oo, rki, rzo, oi, cki, lane)
     sch.vectorize(lane)
     sch.unroll(cki)

@@ -9,11 +9,11 @@ gradient), each a launch on the thread pool, each reading the input back
 from wherever the last pass left it. Here one task per channel runs every
 stage in turn on that channel's planes (from a few KB to a few hundred:
 they stay in L1 or L2): each reduction summed in vector slices of the
-contiguous map (``rfactor``), then the output written vectorized.
-Generic / channel tasks, interleaved (emeraldrapids, 2 cores, µs;
-benchmarks/RESULTS.md): ``batch_norm_train`` 32x16x8x8 10.8 / 7.2,
-32x32x4x4 9.0 / 4.9, 8x64x56x56 627 / 432, 256x64x2x2 56.7 / 55.9; its
-gradient 22.2 / 11.7, 16.7 / 6.7, 1173 / 672, 110 / 95.
+contiguous map (``rfactor``), then the output written vectorized: 1.0-1.8x
+the generic schedule's speed for ``batch_norm_train``, 1.2-2.5x for its
+gradient, timed interleaved (``kiln.bench.timing.compare`` of the two
+kernels); figures: benchmarks/RESULTS.md, "Template choices: the
+measurements behind schedules/", ``norm.py``.
 
 It applies to data of rank 3 or more with static dims, whose map a slice
 of 4 lanes or more divides, and whose channels share out evenly among the

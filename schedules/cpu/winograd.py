@@ -13,11 +13,13 @@ input channel, as the direct conv's micro-kernel), and the output transform
 epilogue joins its write-back).
 
 ``tile_p``    tiles per register tile: a divisor of the tiles, the most
-              within the direct conv's accumulator budget (``conv2d_defaults.register_budget``).
-              16 -> 32 channels on an 8x8 map, 64 images (znver4, AVX-512,
-              one task per image, transforms unfused): 8 tiles x 2 vectors 118
-              us, 4 x 2 129, 16 x 2 124; the direct ``conv2d_packed`` 175;
-              F(4x4): 4 tiles x 2 vectors 66 us.
+              within the direct conv's accumulator budget (``conv2d_defaults.register_budget``):
+              on 16 -> 32 channels on an 8x8 map (AVX-512) 8 tiles x 2 vectors
+              ran faster than 4 or 16, and 1.5x the direct ``conv2d_packed``
+              (``python benchmarks/compare_configs.py conv2d_winograd``, and
+              ``winograd_vs_direct.py`` for the direct conv; figures:
+              benchmarks/RESULTS.md, "Template choices: the measurements
+              behind schedules/").
 ``parallel``  1 to run the tasks on the thread pool.
 ``fuse_transforms`` 1 to compute each transform in one pass: the rows pass
               (``_input``, ``_rows``) inlined into the columns pass, a tile's
@@ -37,11 +39,12 @@ from ...te.winograd import output_tile
 from .conv2d_defaults import register_budget
 
 
-#: ``fuse_transforms``' default for each output tile. F(2x2): 16 -> 32
-#: channels on an 8x8 map at 64 images 101 us fused, 120 not; 32 -> 32 on
-#: 4x4 (two input blocks) 48 against 52. F(4x4): 66 against 69 us for the
-#: 8x8 layer, but fused it compiles in 3 s instead of 0.5, and 13-40 s on
-#: odd maps with padding 2 or an NCHW input (znver4, interleaved)
+#: ``fuse_transforms``' default for each output tile: fused, F(2x2) ran
+#: 1.1-1.2x unfused; F(4x4) gained 4% but compiled 6x slower, and up to 80x
+#: on odd maps with padding 2 or an NCHW input (``python
+#: benchmarks/compare_configs.py conv2d_winograd``; figures:
+#: benchmarks/RESULTS.md, "Template choices: the measurements behind
+#: schedules/")
 FUSE_TRANSFORMS = {2: 1, 4: 0}
 
 
