@@ -1,5 +1,5 @@
 """Winograd convolution F(m x m, 3x3): a 3x3 weight transformed once at
-export (a constant), or in every call of a training step (``graph.winograd``).
+export (a constant), or in every call of a training step (``kiln.strategy.conv2d``).
 
 The output is computed in m x m tiles (m = 2 or 4) from (m + 2) x (m + 2)
 input tiles (Lavin and Gray, "Fast Algorithms for Convolutional Neural
