@@ -20,7 +20,8 @@ from dataclasses import dataclass
 import numpy as np
 
 from ..errors import AttrError, ShapeError
-from ..graph.lower import entry_configure, kernel_nodes, node_workload, settle, static_config
+from ..graph.entries import entry_configure, settle, static_config
+from ..graph.lower import kernel_nodes, node_workload
 from ..runtime.device import as_target
 from .task import Task
 

@@ -81,7 +81,7 @@ def tune_kiln(model, x, trials: int, round_trials: int, folder: Path) -> dict:
 
 def tune_metaschedule(mod, kiln_target, x, trials: int, round_trials: int, folder: Path) -> dict:
     import kiln
-    from kiln.graph.export import compile_module
+    from kiln.graph.module import compile_module
     from tvm.s_tir import meta_schedule as ms
 
     logging.getLogger("tvm.s_tir.meta_schedule").setLevel(logging.WARNING)

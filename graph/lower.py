@@ -26,9 +26,7 @@ from ..schedules.generic import schedule_injective
 from ..schedules.util import is_reduction
 from ..te.shapes import is_static
 from .align import input_params, unaligned
-# static_config: autotune/extract.py and tests/test_schedule_quality.py import it from here, until they
-# import it from graph.entries
-from .entries import ENTRIES, entry_configure, settle, static_config  # noqa: F401
+from .entries import ENTRIES, entry_configure, settle
 from .intask import compute_in_task, reduce_in_task
 from .ir import Graph, Node
 
