@@ -1,15 +1,17 @@
 """A graph with static shapes — a whole training step — as one compiled module.
 
 ``compile_graph`` drops the work no output needs (``Graph.prune``), fuses
-elementwise consumers into their producers (``graph.fuse``), runs 3x3
-stride-1 convolutions and their data gradients as Winograd convolutions
-(``graph.implement``: what ``kiln.strategy`` chooses), lowers the graph to one Relax function of
-kiln-scheduled kernels (``graph.lower``) and compiles it with the
-exporter's pipeline (``graph.module``), whose static memory planning reuses the
-intermediates' buffers. A call is one VM call: the inputs in, the outputs
-(a tuple when several) back. The passes that need constant
-weights (folding, pre-packing, blocked layouts) have nothing to do in a
-training step, whose weights change every call.
+elementwise consumers into their producers (``graph.fuse``), runs each node
+as the implementation ``kiln.strategy`` chooses (``graph.implement``: 3x3
+stride-1 convolutions and their data gradients as Winograd convolutions,
+their weights transformed in every call), lowers the graph to one Relax
+function of kiln-scheduled kernels (``graph.lower``) and compiles it with
+the exporter's pipeline (``graph.module``), whose static memory planning
+reuses the intermediates' buffers. A call is one VM call: the inputs in,
+the outputs (a tuple when several) back. The export's passes that fold
+constants into weights and carry blocked layouts between packed
+convolutions have nothing to do in a training step, whose weights change
+every call.
 
 Compiled modules go through the kernel cache (``runtime/cache.py``: memory,
 then disk, atomically written and content-checked) under a key describing
@@ -69,10 +71,10 @@ def compile_graph(graph: Graph, target=None, winograd: bool | None = None):
 
 def optimize_step(graph: Graph, target=None, winograd: bool | None = None) -> Graph:
     """A step's passes, in place: drop the work no output needs, fuse
-    elementwise consumers into their producers, run the 3x3 stride-1
-    convolutions (forward and data gradient) as Winograd convolutions on
-    ``target`` (default the CPU) unless ``winograd`` is False (None:
-    ``KILN_WINOGRAD``, on by default)."""
+    elementwise consumers into their producers, run each node as the
+    implementation ``kiln.strategy`` chooses on ``target`` (default the
+    CPU; ``winograd=False`` rules Winograd out; None: ``KILN_WINOGRAD``, on
+    by default)."""
     graph.prune()
     fuse_epilogues(graph)
     implement(graph, as_target(target), kiln_config.winograd() if winograd is None else winograd)
