@@ -172,7 +172,7 @@ def schedule_nchw(sch, r: ConvRoles, cfg: Config, skip: bool, weight: CopiedWeig
     if unroll:
         unroll_map(sch, r, t)
     task = run_tasks(sch, r, (r.n, t.oo, t.yo), par)
-    vectorize_write_back(sch, acc, 3)
+    vectorize_write_back(sch, acc, 3)  # below (task, a task's rows, column tiles)
     once = r.batch == 1 and rows == r.height  # one task per channel block
     if pack_w and cfg.define_knob("pack_at", (0, 1), default=int(once)):
         weight.copy_in_task(sch, pack, task, tile_oc, r.lanes)  # each task copies its block right before reading it
@@ -199,5 +199,5 @@ def _schedule_nhwc(sch, r: ConvRoles, cfg: Config) -> None:
     acc = accumulate_nhwc(sch, r, t)
     unroll_tile(sch, r, t, unroll_kw)
     task = run_tasks(sch, r, (r.n, t.yo), par)
-    vectorize_write_back(sch, acc, 4)
+    vectorize_write_back(sch, acc, 4)  # below (task, a task's rows, column tiles, channel blocks)
     place_padding(sch, cfg, r, False, pad_at, task)

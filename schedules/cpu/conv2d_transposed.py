@@ -84,7 +84,7 @@ def _schedule_phased(sch, r: ConvRoles, cfg: Config, taps) -> None:
     rows = cfg.define_knob("task_rows", choices,
                            default=default_task_rows(choices, row_work(r, tile_oc), PHASED_TASK_MACS))
     par = cfg.define_knob("parallel", (0, 1), default=1)
-    _, _, pad_at = padding_knobs(cfg, r, False, tile_oc, True)
+    _, _, pad_at = padding_knobs(cfg, r, False, tile_oc, True)  # pad_at 1 by default, whatever the copies
 
     t = split_tiles(sch, r, tile_oc, tile_ow, rows)
     phase = None
@@ -97,7 +97,7 @@ def _schedule_phased(sch, r: ConvRoles, cfg: Config, taps) -> None:
         sch.unroll(phase)
         sch.unroll(r.ry)
     task = run_tasks(sch, r, (r.n, t.oo, t.yo), par)
-    vectorize_write_back(sch, acc, 3)
+    vectorize_write_back(sch, acc, 3)  # as in schedule_nchw
     _schedule_taps(sch, taps, tile_oc, r.channels, cfg)
     place_padding(sch, cfg, r, False, pad_at, task)
 
