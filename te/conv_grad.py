@@ -14,7 +14,8 @@ as in ``conv2d``, those products are left out: stride 1 on maps of at most
 16 x 16, ``data_skips_padding``). It is the
 transposed convolution, with one of two TE bodies, both over a zero-padded
 ``gy`` (``{name}_pad``, a stage of its own) and both in ``conv2d``'s loop
-structure (n, c, y, x | o, taps), so the conv2d template schedules them:
+structure (n, c, y, x | o, taps), so the conv2d template's steps schedule them
+(``schedules/cpu/conv2d_transposed.py``):
 
 - stride 1 (or a dilation with a stride): ``gy`` placed on the input's grid
   (``stride - 1`` zeros between its elements) convolved, stride 1, with the

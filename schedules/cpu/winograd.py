@@ -130,7 +130,7 @@ def schedule_winograd_weight(sch, block, cfg: Config) -> None:
     channel): its 3 x 3 taps copied into a vector of the block's channels
     each, then ``G`` along rows and columns with the positions unrolled (each
     a sum of constant multiples), vectorized over the block's channels. In a
-    training step it runs every call (``graph.winograd``)."""
+    training step it runs every call (``kiln.strategy.conv2d``)."""
     name = cfg.workload.op.name
     b, e, u, i, j = sch.get_loops(block)
     sch.reorder(b, i, e, u, j)
