@@ -7,7 +7,7 @@ import pytest
 
 import kiln
 from kiln import nn
-from kiln.errors import AttrError, ShapeError
+from kiln.errors import AttrError, BuildError, ShapeError
 from kiln.nn.compiled import CompileWarning
 from kiln.nn.zoo import build_model
 from kiln.runtime import cache
@@ -201,6 +201,9 @@ def test_bad_arguments_are_kiln_errors():
         kiln.compile(lambda t: 3.0)(x)
     with pytest.raises(ShapeError, match="0-d loss"):
         kiln.compile(lambda t: model(t), opt)(x)
+    inner = kiln.compile(lambda t: model(t))
+    with pytest.raises(BuildError, match="do not nest"):
+        kiln.compile(lambda t: inner(t))(x)
 
 
 def test_parameters_and_optimizer_state_are_updated_in_their_own_memory():
