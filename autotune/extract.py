@@ -59,7 +59,10 @@ def extract(model, example, training: bool = False, target=None, optimizer=None,
         (default ``SoftmaxLoss``) and labels (default zeros). The model's
         parameters, buffers and the optimizer's state are left as they were.
 
-    Returns the tasks, the most called first (then in graph order).
+    Returns
+    -------
+    list of ModelTask
+        The tasks, the most called first (then in graph order).
     """
     example = np.asarray(example.numpy() if hasattr(example, "numpy") else example)
     if example.ndim == 0 or example.shape[0] < 1:

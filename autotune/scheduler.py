@@ -97,7 +97,7 @@ class Schedule:
 
 
 class TaskScheduler:
-    """Tune ``tasks`` (``extract``'s ``ModelTask``s) under one budget; see the module docstring.
+    """Tune ``tasks`` (``extract``'s ``ModelTask`` list) under one budget; see the module docstring.
 
     ``tune_round(model_task, n)`` measures up to ``n`` more configs of a
     ``ModelTask`` (its baseline config first) and returns all of its records (default: ``tune`` with ``resume=True``

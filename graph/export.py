@@ -88,9 +88,12 @@ def export(model, example, path, dynamic_batch: bool = True, target=None, batche
         symbolic kernels). By default, the batch sizes the tuning records
         hold tuned kernels of this model for (``kiln tune --model``), at most
         ``MAX_TUNED_BATCHES``; ``()`` for none.
-    target : a CPU target (default: this machine's); the module runs on the
-        CPU, so another is an ``ExportError``.
+    target : Target, optional
+        A CPU target (default: this machine's); the module runs on the CPU,
+        so another is an ``ExportError``.
 
+    Notes
+    -----
     Kernels of static shapes use the best tuning record of their workload
     where there is one; ``kiln.runtime.build.untuned()`` exports as if there
     were none.

@@ -79,6 +79,8 @@ def trace(model, example, dynamic_batch: bool = True, *, where: str = "kiln.grap
     where : str
         The function named in errors (``kiln.export`` passes its own name).
 
+    Notes
+    -----
     The graph's inputs carry the names, its outputs the forward's structure:
     one unnamed output for a tensor, one per item of a tuple or list,
     ``output_names`` from a dict's keys.

@@ -53,6 +53,8 @@ class KernelPool:
         How many shapes of an op (with its dtypes, attrs and ranks) a site
         compiles concretely before it compiles a kernel with symbolic dims.
 
+    Notes
+    -----
     A copy of a pool (``copy.deepcopy`` of a model that owns one) is a new,
     empty pool with the same limit: kernels are not model state.
     """

@@ -88,7 +88,7 @@ np.testing.assert_allclose(kernel(data), get_op("fake_quant").reference(data, sc
 print(kernel.resolved_config())
 
 # %%
-# Its gradient, through autograd: 1 where |10 x| is inside [-128, 127], else 0.
+# Its gradient, through autograd: 1 where ``10 * x`` is inside [-128, 127], else 0.
 t = kiln.Tensor(data, requires_grad=True)
 call("fake_quant", t, scale=10.0).sum().backward()
 expected = ((data * 10 >= LOW) & (data * 10 <= HIGH)).astype("float32")

@@ -1,0 +1,99 @@
+"""Sphinx configuration of kiln's documentation site.
+
+The tutorials in ``../tutorials`` are rendered by sphinx-gallery, executed
+(``make html``) or not (``make html-noplot``, ``-D plot_gallery=0``); the API
+reference is generated from the docstrings by autosummary and autodoc.
+"""
+import os
+import shutil
+import time
+from pathlib import Path
+
+from sphinx_gallery.scrapers import figure_rst, matplotlib_scraper
+
+import kiln
+
+project = "kiln"
+author = "the kiln authors"
+copyright = "the kiln authors"  # noqa: A001 (the name Sphinx reads)
+release = kiln.__version__
+version = release
+
+extensions = [
+    "sphinx.ext.autodoc",
+    "sphinx.ext.autosummary",
+    "sphinx.ext.napoleon",
+    "sphinx.ext.viewcode",
+    "sphinx_gallery.gen_gallery",
+]
+
+templates_path = ["api/_templates"]
+exclude_patterns = ["_build", "api/_templates"]
+# sphinx_gallery_conf holds this file's scraper functions, which Sphinx cannot
+# pickle into its environment cache; it rebuilds instead, and says so.
+suppress_warnings = ["config.cache"]
+
+# The docstrings are numpy-style; napoleon renders them as they are written.
+napoleon_google_docstring = False
+napoleon_numpy_docstring = True
+napoleon_use_rtype = False
+autosummary_generate = True
+autosummary_ignore_module_all = False  # a module's public names are its __all__
+autodoc_default_options = {"members": True, "show-inheritance": True}
+autodoc_member_order = "bysource"
+autodoc_typehints = "description"
+autodoc_class_signature = "separated"
+
+html_theme = "pydata_sphinx_theme"
+html_title = f"kiln {release}"
+html_static_path = ["_static"]
+html_theme_options = {
+    "navigation_with_keys": False,
+    "show_toc_level": 2,
+}
+
+
+_since = {"time": 0.0}
+
+
+def start_clock(gallery_conf, fname, when):
+    """Before each tutorial runs, note the time: images older than it are not its own."""
+    if when == "before":
+        _since["time"] = time.time()
+
+
+def written_images(block, block_vars, gallery_conf):
+    """Show the images a tutorial writes to its directory, as its own figures.
+
+    sphinx-gallery runs a tutorial in the tutorial's directory; a PNG that
+    appears there during a code block (a tuning curve that
+    ``kiln.autotune.plot`` writes and closes) is moved into the gallery's
+    images, where the block's output shows it.
+    """
+    src = Path(block_vars["src_file"])
+    since, _since["time"] = _since["time"], time.time()
+    paths = block_vars["image_path_iterator"]
+    images = []
+    for png in sorted(src.parent.glob("*.png")):
+        if png.stat().st_mtime >= since:
+            image = next(paths)
+            shutil.move(png, image)
+            images.append(image)
+    return figure_rst(images, gallery_conf["src_dir"])
+
+
+sphinx_gallery_conf = {
+    "examples_dirs": ["../tutorials"],
+    "gallery_dirs": ["auto_tutorials"],
+    "filename_pattern": r"/\d\d_",  # run every numbered tutorial when plotting is on
+    "ignore_pattern": r"__init__\.py",
+    "image_scrapers": (matplotlib_scraper, written_images),
+    "reset_modules": ("matplotlib", start_clock),
+    "thumbnail_size": (320, 224),
+    "download_all_examples": False,
+    "remove_config_comments": True,
+    "within_subsection_order": "FileNameSortKey",
+    "show_memory": False,
+}
+# Tutorials run headless, at the sizes the environment asks for.
+os.environ.setdefault("MPLBACKEND", "Agg")
