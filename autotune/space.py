@@ -27,6 +27,7 @@ from . import features
 
 
 class Space:
+    """The knobs of a task's template and the configs its template accepts; see the module docstring."""
     def __init__(self, task):
         self.task = task
         lowered = task.lower({})

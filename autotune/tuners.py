@@ -72,6 +72,7 @@ class Tuner:
 
 
 class RandomTuner(Tuner):
+    """Uniform draws over the valid configs."""
     name = "random"
 
     def next_batch(self, n: int) -> list[dict]:
@@ -79,6 +80,7 @@ class RandomTuner(Tuner):
 
 
 class GridTuner(Tuner):
+    """Every valid config in a fixed order, the default first."""
     name = "grid"
 
     def __init__(self, space: Space, seed: int = 0):
@@ -96,6 +98,7 @@ class GridTuner(Tuner):
 
 
 class XGBTuner(Tuner):
+    """An XGBoost cost model picks each batch; see the module docstring."""
     name = "xgb"
 
     def __init__(self, space: Space, seed: int = 0, objective: str = "rank", epsilon: float = 0.1,

@@ -21,30 +21,37 @@ from .tensor import Tensor
 
 
 def relu(x):
+    """max(x, 0), elementwise."""
     return call("relu", x)
 
 
 def sigmoid(x):
+    """1 / (1 + exp(-x)), elementwise."""
     return call("sigmoid", x)
 
 
 def tanh(x):
+    """The hyperbolic tangent, elementwise."""
     return call("tanh", x)
 
 
 def exp(x):
+    """e to the power of ``x``, elementwise."""
     return call("exp", x)
 
 
 def log(x):
+    """The natural logarithm, elementwise."""
     return call("log", x)
 
 
 def sqrt(x):
+    """The square root, elementwise."""
     return call("sqrt", x)
 
 
 def negate(x):
+    """``-x``, elementwise."""
     return call("negate", x)
 
 
@@ -59,10 +66,12 @@ def matmul(a, b):
 
 
 def softmax(x, axis: int = -1, *, dim: int | None = None):
+    """Softmax along ``axis`` (PyTorch's ``dim``)."""
     return x.softmax(axis, dim=dim)
 
 
 def log_softmax(x, axis: int = -1, *, dim: int | None = None):
+    """The logarithm of the softmax along ``axis`` (PyTorch's ``dim``)."""
     return x.log_softmax(axis, dim=dim)
 
 
@@ -77,22 +86,27 @@ def summation(x, axes=None, keepdims: bool = False, *, axis=None, dim=None, keep
 
 
 def sum(x, axis=None, keepdims: bool = False, *, axes=None, dim=None, keepdim=None):  # noqa: A001
+    """The sum over ``axis`` (all axes by default)."""
     return x.sum(axis, keepdims, axes=axes, dim=dim, keepdim=keepdim)
 
 
 def mean(x, axis=None, keepdims: bool = False, *, axes=None, dim=None, keepdim=None):
+    """The mean over ``axis`` (all axes by default)."""
     return x.mean(axis, keepdims, axes=axes, dim=dim, keepdim=keepdim)
 
 
 def max(x, axis=None, keepdims: bool = False, *, axes=None, dim=None, keepdim=None):  # noqa: A001
+    """The maximum over ``axis`` (all axes by default)."""
     return x.max(axis, keepdims, axes=axes, dim=dim, keepdim=keepdim)
 
 
 def reshape(x, shape: Sequence[int]):
+    """``x``'s elements in a tensor of ``shape`` (of the same size)."""
     return x.reshape(tuple(shape))
 
 
 def broadcast_to(x, shape: Sequence[int]):
+    """``x`` broadcast to ``shape`` by numpy's rules."""
     return x.broadcast_to(shape)
 
 

@@ -14,6 +14,9 @@ You will learn how to:
 Run: ``python tutorials/01_tensor_expressions.py``.
 """
 # %%
+# A tensor expression
+# -------------------
+#
 # A tensor expression says *what* each output element is; the loop nest that
 # computes it is a separate, schedulable object.
 import numpy as np
@@ -30,6 +33,9 @@ func = te.create_prim_func([x, y])
 print(func.script())
 
 # %%
+# Schedule, compile, run
+# ----------------------
+#
 # Schedule it (split, vectorize, parallel), compile for this CPU, run.
 sch = tvm.s_tir.Schedule(func)
 (i,) = sch.get_loops(sch.get_sblock("y"))
@@ -44,6 +50,9 @@ executable(tvm.runtime.tensor(a), out)
 np.testing.assert_allclose(out.numpy(), a * 2 + 1, rtol=1e-6)
 
 # %%
+# A kiln op
+# ---------
+#
 # A kiln op is one class: attributes, shape and dtype rules, the compute,
 # the gradient (made of registered ops, so it is itself differentiable) and a
 # numpy reference that tests compare with. Schedules come from kiln's
@@ -81,6 +90,9 @@ if "fake_quant" not in kiln.te.list_ops():  # registering twice in one process i
     register(FakeQuant)
 
 # %%
+# Build and run the op
+# --------------------
+#
 # Build and run it like any other op.
 kernel = kiln.build("fake_quant", [(4096,)], attrs={"scale": 10.0})
 data = np.random.default_rng(1).uniform(-20, 20, 4096).astype("float32")
@@ -88,6 +100,9 @@ np.testing.assert_allclose(kernel(data), get_op("fake_quant").reference(data, sc
 print(kernel.resolved_config())
 
 # %%
+# Its gradient
+# ------------
+#
 # Its gradient, through autograd: 1 where ``10 * x`` is inside [-128, 127], else 0.
 t = kiln.Tensor(data, requires_grad=True)
 call("fake_quant", t, scale=10.0).sum().backward()

@@ -21,6 +21,8 @@ Run: ``python tutorials/02_optimize_matmul_cpu.py`` (``KILN_TUTORIAL_SMALL=1``
 for a quick run).
 """
 # %%
+# Setup
+# -----
 import os
 
 import numpy as np
@@ -79,7 +81,10 @@ def report(step, sch):
 
 
 # %%
-# 1. Naive: i, j, k. The inner k loop walks B by column: a cache miss per step.
+# 1. Naive
+# --------
+#
+# The loops run i, j, k. The inner k loop walks B by column: a cache miss per step.
 def naive():
     return declare()
 
@@ -88,6 +93,9 @@ report("naive", naive())
 
 
 # %%
+# 2. Loop reorder
+# ---------------
+#
 # 2. Reorder to i, k, j: the inner loop walks a row of B and of C contiguously.
 def loop_reorder():
     sch = declare()
@@ -100,7 +108,10 @@ report("loop reorder", loop_reorder())
 
 
 # %%
-# 3. Register tiling: a TM x TN tile of C, accumulated in a local buffer
+# 3. Register tiling
+# ------------------
+#
+# A TM x TN tile of C, accumulated in a local buffer
 # (``cache_write``) that the compiler keeps in registers while k runs, and
 # written to C once the tile is done (``reverse_compute_at``). The tile's
 # zeroing becomes its own loop (``decompose_reduction``). Expect steps 3-5 to
@@ -124,7 +135,10 @@ report(f"register tiling {TM}x{TN}", register_tiling())
 
 
 # %%
-# 4. Cache tiling: block k by TK, so that one TM x TK slice of A and one
+# 4. Cache tiling
+# ---------------
+#
+# Block k by TK, so that one TM x TK slice of A and one
 # TK x TN slice of B stay in L1 while the tile accumulates.
 def cache_tiling():
     sch = declare()
@@ -144,7 +158,10 @@ report("+ cache tiling over k", cache_tiling())
 
 
 # %%
-# 5. Array packing: copy B into panels ``[N/TN, N, TN]`` (``cache_read``,
+# 5. Array packing
+# ----------------
+#
+# Copy B into panels ``[N/TN, N, TN]`` (``cache_read``,
 # then ``transform_layout`` of the copy), so that the tile's inner loop
 # streams one contiguous panel instead of striding across rows of B.
 def packing():
@@ -167,7 +184,10 @@ report("+ packed B panels", packing())
 
 
 # %%
-# 6. Vectorization: the tile's TN columns become SIMD lanes and its TM rows
+# 6. Vectorization
+# ----------------
+#
+# The tile's TN columns become SIMD lanes and its TM rows
 # are unrolled, so the TM x TN accumulators are vector registers. TVM
 # vectorizes a reduction's loop only before ``decompose_reduction``, which
 # then gives the zeroing loop the same annotations.
@@ -193,7 +213,10 @@ report("+ vectorize and unroll", vectorize())
 
 
 # %%
-# 7. Parallel: the tiles of C are independent, so the two tile loops are
+# 7. Parallel
+# -----------
+#
+# The tiles of C are independent, so the two tile loops are
 # fused into one and spread over every core.
 def parallel():
     sch = declare()
@@ -217,6 +240,9 @@ def parallel():
 report("+ parallel", parallel())
 
 # %%
+# 8. kiln's template
+# ------------------
+#
 # 8. kiln's default template does all of the above, with knobs whose defaults
 # come from the shape and the CPU (vector lanes, cores), plus padding for odd
 # sizes and a local write cache for every tile.
@@ -227,5 +253,7 @@ print(f"   knobs: {kernel.resolved_config()}")
 numpy_blas.close()
 
 # %%
+# Summary
+# -------
 print(f"\nEvery step computed A @ B ({N}x{N}) correctly; the register tile pays off once it is vectorized "
       f"(step 6), and the template adds what the shape and the CPU ask for.")

@@ -13,6 +13,8 @@ Run: ``python tutorials/03_optimize_conv2d_cpu.py`` (``KILN_TUTORIAL_SMALL=1``
 for a quick run).
 """
 # %%
+# Setup
+# -----
 import os
 
 import numpy as np
@@ -56,18 +58,27 @@ def report(step, sch):
 
 
 # %%
-# 1. Naive: the padding is inlined, so every input read checks the borders.
+# 1. Naive
+# --------
+#
+# The padding is inlined, so every input read checks the borders.
 sch = declare()
 sch.compute_inline(sch.get_sblock("conv2d_pad"))
 report("naive (padding inlined)", sch)
 
 # %%
+# 2. Padding as a stage
+# ---------------------
+#
 # 2. Padding as its own stage: the convolution's loads need no bounds checks.
 report("padding as a separate stage", declare())
 
 
 # %%
-# 3-5. Vectorize over output channels: pack the weights [O/16, C, K, K, 16] so
+# 3-5. Vectorize over output channels
+# -----------------------------------
+#
+# Pack the weights [O/16, C, K, K, 16] so
 # 16 channels are one contiguous vector; keep a tile of OW_TILE output columns
 # x 16 channels in a local accumulator whose layout puts channels innermost;
 # then run (channel block, output row) tiles in parallel.
@@ -97,6 +108,9 @@ report("channel vectors + register tile", tiled(parallel=False))
 report("+ parallel", tiled(parallel=True))
 
 # %%
+# 6. kiln's template
+# ------------------
+#
 # 6. kiln's default template: the same structure, tiles chosen from the
 # shape and the CPU, NCHW and NHWC.
 kernel = kiln.build("conv2d", shapes, attrs=attrs)

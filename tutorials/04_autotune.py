@@ -17,6 +17,8 @@ that crashes or hangs is recorded as an error and the search goes on.
 Run: ``python tutorials/04_autotune.py`` (``KILN_TUTORIAL_SMALL=1`` for a quick run).
 """
 # %%
+# Setup
+# -----
 import os
 import time
 from pathlib import Path
@@ -37,7 +39,10 @@ RECORDS.unlink(missing_ok=True)
 
 
 # %%
-# An op to tune: matmul under a new name, so the template below is the only
+# An op to tune
+# -------------
+#
+# Matmul under a new name, so the template below is the only
 # one that schedules it (kiln's own ``matmul`` keeps its template).
 class MyMatmul(Matmul):
     name = "my_matmul"
@@ -48,7 +53,10 @@ if "my_matmul" not in kiln.te.list_ops():
 
 
 # %%
-# The template. Every ``define_*`` call declares a knob and returns the value
+# The template
+# ------------
+#
+# Every ``define_*`` call declares a knob and returns the value
 # to use: the tuner's choice, or the default — and the defaults are the
 # hand-written schedule: an 8 x 32 register tile, k blocks of 4, parallel
 # row blocks. ``define_split`` knobs take divisors and powers of two of the
@@ -76,14 +84,20 @@ def my_matmul_template(sch, block, cfg):
 
 
 # %%
-# The task and its space: the knobs the template declared, and how many
+# The task and its space
+# ----------------------
+#
+# The knobs the template declared, and how many
 # points their options make.
 task = Task.create("my_matmul", [(N, N), (N, N)])
 space = Space(task)
 print(f"{task.name}: {len(space.knobs)} knobs, {space.size} points; default {space.default}")
 
 # %%
-# Tune: the xgb tuner measures the default first, draws at random until its
+# Tune
+# ----
+#
+# The xgb tuner measures the default first, draws at random until its
 # cost model has data, then lets the model (trained on knob and loop-nest
 # features) pick each batch. A random search with the same budget is the
 # yardstick. Both append to the same records file.
@@ -93,6 +107,9 @@ for tuner in ("random", "xgb"):
           f"in {result.elapsed_s:.0f} s, {len(result.errors)} errors; config {result.best['config']}")
 
 # %%
+# The records
+# -----------
+#
 # The records are plain JSON lines: task, config, per-repeat seconds (or the
 # error), and where they came from.
 recs = load_records(RECORDS, task)
@@ -102,6 +119,9 @@ for r in top:
     print(f"  {r['result']['gflops']:7.1f} GFLOPS  {r['tuner']:>6} trial {r['trial']:>2}  {r['config']}")
 
 # %%
+# Confirmed timings
+# -----------------
+#
 # A trial is timed once, and a busy machine makes some timings lucky. So each
 # run ended by timing the (at most three) fastest configs that beat the
 # default again, beside it, in turns, one repeat each: these ``confirmed``
@@ -112,6 +132,9 @@ for r in recs:
         print(f"  {r['result']['gflops']:7.1f} GFLOPS  {r['tuner']:>6} confirmed  {r['config']}")
 
 # %%
+# Tuning curves
+# -------------
+#
 # Best GFLOPS so far against trials, one line per tuner (needs matplotlib).
 try:
     from kiln.autotune.plot import plot
@@ -121,7 +144,10 @@ except kiln.errors.KilnError as exc:
     print("no plot:", exc)
 
 # %%
-# Apply the records: from now on ``kiln.build`` uses the best config of this
+# Apply the records
+# -----------------
+#
+# From now on ``kiln.build`` uses the best config of this
 # task (``config={}`` still asks for the hand-written defaults).
 apply_records(RECORDS)
 tuned = kiln.build("my_matmul", task.shapes)

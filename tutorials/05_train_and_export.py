@@ -6,7 +6,7 @@ You will learn how to:
 
 * build a model from ``kiln.nn`` modules and train it on the digits dataset,
   where every forward and backward op is a compiled kernel;
-* watch the loss per epoch (needle's training table);
+* watch the loss per epoch (needle's training table, and a plot of it);
 * write your own training loop and compile each step — forward, loss,
   backward and update — into one module call with ``kiln.compile``;
 * export the trained model as one compiled module (``kiln.export``) whose
@@ -18,7 +18,10 @@ Run: ``python tutorials/05_train_and_export.py`` (``KILN_TUTORIAL_SMALL=1`` for
 a quick run).
 """
 # %%
-# Data: scikit-learn's 8x8 digits, split 80/20 per class with a fixed seed.
+# Data
+# ----
+#
+# Scikit-learn's 8x8 digits, split 80/20 per class with a fixed seed.
 import os
 import subprocess
 import sys
@@ -41,7 +44,10 @@ test_loader = data.DataLoader(test_set, batch_size=256)
 print(f"{len(train_set)} training and {len(test_set)} test images of {train_set[0][0].shape} pixels")
 
 # %%
-# Model and optimizer. ``Linear`` runs as one fused ``dense`` kernel
+# Model and optimizer
+# -------------------
+#
+# ``Linear`` runs as one fused ``dense`` kernel
 # (x @ W + b), the residual block adds its input back.
 nn.init.manual_seed(0)
 model = nn.Sequential(
@@ -52,7 +58,10 @@ model = nn.Sequential(
 optimizer = kiln.optim.Adam(model.parameters(), lr=0.01)
 
 # %%
-# Train. Each step: forward, softmax loss, backward (the ops' gradients are
+# Train
+# -----
+#
+# Each step: forward, softmax loss, backward (the ops' gradients are
 # themselves registered ops), and the optimizer update, all compiled kernels.
 # ``fit`` records the first step of each batch shape and compiles the whole
 # step into one module call (``kiln.compile``, below); ``compiled=False``
@@ -61,6 +70,29 @@ history = fit(model, train_loader, test_loader, optimizer, EPOCHS)
 print(history.table())
 
 # %%
+# Loss curves
+# -----------
+#
+# The same history as a figure: training and test loss per epoch (needs
+# matplotlib, the ``plot`` extra).
+try:
+    import matplotlib.pyplot as plt
+except ImportError:
+    print("no plot: matplotlib is not installed")
+else:
+    fig, ax = plt.subplots(figsize=(6, 3.5))
+    epochs = [e.epoch for e in history.epochs]
+    ax.plot(epochs, [e.train_loss for e in history.epochs], marker="o", label="train")
+    ax.plot(epochs, [e.test_loss for e in history.epochs], marker="o", label="test")
+    ax.set_xlabel("epoch")
+    ax.set_ylabel("softmax loss")
+    ax.legend()
+    fig.tight_layout()
+
+# %%
+# Your own loop, compiled
+# -----------------------
+#
 # Your own loop. ``kiln.compile(fn, optimizer)`` takes a function returning
 # the loss: its first call runs eagerly while every op — the function, the
 # backward, the optimizer's fused updates — is recorded into one graph, which
@@ -76,13 +108,19 @@ print(f"one more epoch with kiln.compile: mean loss {np.mean(losses):.4f} over {
 model.eval()
 
 # %%
-# Export. The forward is traced through the same op declarations into a Relax
+# Export
+# ------
+#
+# The forward is traced through the same op declarations into a Relax
 # module of kiln-scheduled kernels; weights become constants in the file.
 workdir = tempfile.mkdtemp(prefix="kiln-tutorial-")
 path = kiln.export(model, np.zeros((1, 64), "float32"), os.path.join(workdir, "digits.so"))
 print(f"exported {path} ({os.path.getsize(path) / 1024:.0f} KiB)")
 
 # %%
+# Predict in another process
+# --------------------------
+#
 # Predict in a fresh process that blocks ``kiln.nn``: the predictor needs only
 # TVM and the file.
 images = np.stack([test_set[i][0] for i in range(32)])
@@ -103,7 +141,10 @@ subprocess.run([sys.executable, "-c", script], check=True)
 scores = np.load(os.path.join(workdir, "scores.npy"))
 
 # %%
-# Check: the exported module computes what the model computes in eval mode.
+# Check
+# -----
+#
+# The exported module computes what the model computes in eval mode.
 model.eval()
 with kiln.no_grad():
     expected = model(kiln.Tensor(images)).numpy()

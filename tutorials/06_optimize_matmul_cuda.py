@@ -24,6 +24,8 @@ Run: ``python tutorials/06_optimize_matmul_cuda.py`` (``KILN_TUTORIAL_SMALL=1``
 for a quick run).
 """
 # %%
+# Setup
+# -----
 import os
 import shutil
 
@@ -88,7 +90,10 @@ def report(step, sch):
 
 
 # %%
-# Step 1: thread binding. One thread per output element: block (by, bx) and
+# Step 1: thread binding
+# ----------------------
+#
+# One thread per output element: block (by, bx) and
 # thread (ty, tx) pick C[i, j], and the thread loops over k reading A and B
 # from global memory: 2 N^3 loads.
 sch = declare()
@@ -101,7 +106,10 @@ for loop, axis in ((bi, "blockIdx.y"), (bj, "blockIdx.x"), (ti, "threadIdx.y"), 
 report("thread binding", sch)
 
 # %%
-# Step 2: register tiling. Each thread computes a V x V tile of C in
+# Step 2: register tiling
+# -----------------------
+#
+# Each thread computes a V x V tile of C in
 # registers (``cache_write`` to "local"); per k it loads V values of A and V
 # of B into registers (``cache_read`` to "local") and does V*V multiply-adds:
 # global loads drop to 2 N^3 / V.
@@ -122,7 +130,10 @@ sch.decompose_reduction(block, k)
 report("register tiling", sch)
 
 # %%
-# Step 3: shared-memory tiling. The block's L x S slice of A and S x L slice
+# Step 3: shared-memory tiling
+# ----------------------------
+#
+# The block's L x S slice of A and S x L slice
 # of B are copied to shared memory by all T*T threads together (the copy's
 # loops are fused and split over the threads: cooperative fetching); TVM puts
 # __syncthreads() around the copies. Global->shared loads: 2 N^3 / L; the
@@ -151,6 +162,9 @@ sch.decompose_reduction(block, ko)
 report("shared-memory tiling", sch)
 
 # %%
+# Step 4: kiln's template
+# -----------------------
+#
 # Step 4: kiln's template does the same with knobs (thread grid, register
 # tile, k slice, vectorized cooperative loads, unrolling), pads shapes the
 # tiles do not divide, and checks the resources before compiling.
@@ -159,5 +173,7 @@ lowered = task.lower({"threads_m": T, "threads_n": T, "tile_m": V, "tile_n": V, 
 report(f"kiln's template {lowered.cfg.resolved()}", lowered.sch)
 
 # %%
+# Summary
+# -------
 print(f"\nEvery step computed A @ B ({N}x{N}) correctly on the CPU; the traffic model shows "
       f"register tiling dividing global loads by V={V} and shared-memory tiling by L={L}.")

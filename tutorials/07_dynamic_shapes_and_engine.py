@@ -21,6 +21,8 @@ Run: ``python tutorials/07_dynamic_shapes_and_engine.py`` (``KILN_TUTORIAL_SMALL
 for a quick run).
 """
 # %%
+# Setup
+# -----
 import os
 import threading
 import time
@@ -36,7 +38,10 @@ SMALL = os.environ.get("KILN_TUTORIAL_SMALL") == "1"
 rng = np.random.default_rng(0)
 
 # %%
-# The engine. Each piece of state is a variable; a push declares which
+# The engine
+# ----------
+#
+# Each piece of state is a variable; a push declares which
 # variables its function reads and writes, and returns at once.
 engine = Engine()
 a, b = engine.new_var("a"), engine.new_var("b")
@@ -75,7 +80,10 @@ except ValueError:
 assert "never runs" not in log
 
 # %%
-# nn on the engine: the forward pass, backward and the optimizer step only
+# nn on the engine
+# ----------------
+#
+# The forward pass, backward and the optimizer step only
 # push kernels; ``loss.numpy()`` waits for the ones it depends on.
 nn.init.manual_seed(0)
 model = nn.Sequential(nn.Linear(64, 128), nn.ReLU(), nn.Linear(128, 10))
@@ -90,7 +98,10 @@ for step in range(5):
     print(f"step {step}: loss {loss.numpy():.4f}")
 
 # %%
-# Symbolic dims: one kernel for every batch size. The template pads the
+# Symbolic dims
+# -------------
+#
+# One kernel for every batch size. The template pads the
 # symbolic dim to its register tile, so the fast micro-kernel runs for every
 # size and only the write-back checks bounds.
 n = sym("n")
@@ -130,7 +141,10 @@ print(f"2 dense layers x 4 batch sizes: {len(mlp.kernel_pool.kernels('dense'))} 
 assert concrete and len(mlp.kernel_pool.kernels("dense")) == 8
 
 # %%
-# Data-dependent ops: their output length is known only when they run.
+# Data-dependent ops
+# ------------------
+#
+# Their output length is known only when they run.
 # infer_shape says so with a bounded dim; the kernel fills storage of the
 # upper bound and returns the actual rows.
 print("masked_select of a 4x6 tensor has shape", get_op("masked_select").infer_shape((4, 6), (4, 6)))
@@ -147,7 +161,10 @@ print("unique:", ints.unique().numpy(), " nonzero rows:", ints.nonzero().shape[0
 np.testing.assert_array_equal(ints.unique().numpy(), np.unique(ints.numpy()))
 
 # %%
-# Memory: autograd keeps only what each op's gradient reads. relu's and
+# Memory
+# ------
+#
+# Autograd keeps only what each op's gradient reads. relu's and
 # tanh's gradients read their outputs, so the pre-activations are freed as
 # soon as nothing else needs them; keeping everything (what autograd does
 # without the declarations) holds them too.
@@ -165,5 +182,7 @@ print(f"kept for backward: {held[False] / 2**20:.2f} MiB with the declarations, 
 assert held[False] < held[True]
 
 # %%
+# Summary
+# -------
 print("\nThe engine ordered and overlapped the work, one symbolic kernel served every size, the data-dependent "
       "ops matched numpy with gradients, and autograd kept less for backward.")

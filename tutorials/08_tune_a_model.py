@@ -17,6 +17,8 @@ You will learn how to:
 Run: ``python tutorials/08_tune_a_model.py`` (``KILN_TUTORIAL_SMALL=1`` for a quick run).
 """
 # %%
+# Setup
+# -----
 import os
 import time
 from pathlib import Path
@@ -37,6 +39,9 @@ RECORDS = Path("tutorial08_records.jsonl")
 RECORDS.unlink(missing_ok=True)
 
 # %%
+# The model
+# ---------
+#
 # The zoo's CNN for 8x8 digits: conv-BN-relu twice, global pooling, a
 # linear layer. Latency does not depend on the weights, so it is not trained
 # here (``kiln train --model cnn --save cnn.npz`` makes a trained one, and
@@ -47,6 +52,9 @@ model.eval()
 x = np.random.default_rng(0).random((BATCH, 1, 8, 8), dtype=np.float32)
 
 # %%
+# Its kernels
+# -----------
+#
 # What the exported model runs at this batch size: eval BatchNorm folded into
 # the convolutions, bias and relu fused into them, weights pre-packed, the
 # channel-blocked layout kept from one convolution to the next, the first
@@ -57,7 +65,10 @@ for t in tasks:
     print(f"{t.calls} x {t.name:<48} as {', '.join(sorted(set(t.kernels)))}")
 
 # %%
-# Tune them. Every task gets a first round (its default config first), then
+# Tune them
+# ---------
+#
+# Every task gets a first round (its default config first), then
 # rounds go where the expected gain — calls times the recent and the
 # optimistic improvement per trial — is largest. Records are appended after
 # every round: a run killed at any point continues with ``resume=True``.
@@ -79,7 +90,10 @@ for s in plan.states:
           f"  {s.stopped}")
 
 # %%
-# Export it twice. Records in kiln's default file (what ``kiln tune`` writes
+# Export it twice
+# ---------------
+#
+# Records in kiln's default file (what ``kiln tune`` writes
 # without ``--records``) are always read; this tutorial's file is applied.
 # The tuned module gets an entry of its own for batch 16, compiled with the
 # tuned configs; other batch sizes run the symbolic-batch kernels.
@@ -91,7 +105,10 @@ print("entries:", [e["name"] for e in tuned.meta["entries"]])
 print(tuned.profile(x))
 
 # %%
-# References: the same architecture in PyTorch, eager and through ONNX
+# References
+# ----------
+#
+# The same architecture in PyTorch, eager and through ONNX
 # Runtime, on the same threads.
 calls = {"kiln untuned": lambda: plain(x), "kiln tuned": lambda: tuned(x)}
 try:
@@ -121,6 +138,9 @@ except ImportError:
     print("torch is not installed: no PyTorch or ONNX Runtime rows")
 
 # %%
+# Interleaved timing
+# ------------------
+#
 # Interleaved: each round times every contender once, so a noisy machine
 # slows them alike. Each block starts with warm-up calls: the threads of the
 # one timed before may still be spinning, waiting for work, for a while.
@@ -138,6 +158,9 @@ for name, seconds in medians.items():
     print(f"{name:<14} {seconds * 1e3:8.4f} ms  ({medians['kiln untuned'] / seconds:.2f}x untuned)")
 
 # %%
+# Check
+# -----
+#
 # The tuned module computes the model's eval forward.
 reference = model(nn.Tensor(x)).numpy()
 np.testing.assert_allclose(tuned(x), reference, rtol=1e-4, atol=1e-5)

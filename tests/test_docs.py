@@ -1,0 +1,107 @@
+"""The documentation site builds without warnings, and what it documents has docstrings.
+
+The build is the one CI runs (``make -C docs html-noplot`` with ``-W --keep-going``):
+the tutorials are rendered but not executed; ``tests/test_tutorials.py`` runs them.
+"""
+import ast
+import importlib
+import inspect
+import re
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parent.parent
+TUTORIALS = sorted((ROOT / "tutorials").glob("[0-9][0-9]_*.py"))
+# the modules docs/api/index.rst documents
+MODULES = ["kiln", "kiln.te", "kiln.nn", "kiln.nn.functional", "kiln.autotune", "kiln.runtime", "kiln.graph",
+           "kiln.bench", "kiln.strategy"]
+
+
+def public_names(module) -> list[str]:
+    """A module's ``__all__``, else the functions and classes it defines without a leading underscore."""
+    if hasattr(module, "__all__"):
+        return list(module.__all__)
+    return [name for name, value in vars(module).items()
+            if not name.startswith("_") and (inspect.isfunction(value) or inspect.isclass(value))
+            and value.__module__ == module.__name__]
+
+
+def test_the_api_page_names_the_documented_modules():
+    listed = re.findall(r"^   (kiln\S*)$", (ROOT / "docs" / "api" / "index.rst").read_text(), re.MULTILINE)
+    assert listed == MODULES
+
+
+@pytest.mark.parametrize("modname", MODULES)
+def test_public_names_have_docstrings(modname):
+    module = importlib.import_module(modname)
+    assert inspect.getdoc(module), f"{modname} has no module docstring"
+    names = public_names(module)
+    assert names, f"{modname} has no public names"
+    documented = [name for name in names if inspect.ismodule(value := getattr(module, name))
+                  or inspect.isroutine(value) or inspect.isclass(value)]
+    missing = [name for name in documented if not inspect.getdoc(getattr(module, name))]
+    assert not missing, f"public names of {modname} without a docstring: {missing}"
+
+
+def tutorial_title(path: Path) -> str:
+    """The reST title that opens a tutorial's docstring (the gallery's name for it)."""
+    lines = ast_docstring(path).strip().splitlines()
+    assert len(lines) >= 2 and re.fullmatch(r"=+", lines[1]) and len(lines[1]) >= len(lines[0]), \
+        f"{path.name}'s docstring does not open with a title underlined with '='"
+    return lines[0]
+
+
+def ast_docstring(path: Path) -> str:
+    return ast.get_docstring(ast.parse(path.read_text()), clean=False) or ""
+
+
+@pytest.mark.parametrize("path", TUTORIALS, ids=lambda p: p.name)
+def test_tutorials_have_a_title_and_sections(path):
+    tutorial_title(path)
+    headings = re.findall(r"^# %%\n# (.+)\n# -+\n", path.read_text(), re.MULTILINE)
+    assert len(headings) >= 3, f"{path.name} has {len(headings)} section headings"
+
+
+@pytest.fixture(scope="module")
+def site(tmp_path_factory):
+    pytest.importorskip("sphinx", reason="the docs extra is not installed: pip install -e '.[docs]'")
+    pytest.importorskip("sphinx_gallery", reason="the docs extra is not installed: pip install -e '.[docs]'")
+    out = tmp_path_factory.mktemp("site")
+    res = subprocess.run([sys.executable, "-m", "sphinx", "-b", "html", "-W", "--keep-going", "-D", "plot_gallery=0",
+                          "-d", str(out / "doctrees"), str(ROOT / "docs"), str(out / "html")],
+                         capture_output=True, text=True, timeout=600)
+    return res, out / "html"
+
+
+def test_the_site_builds_without_warnings(site):
+    res, html = site
+    assert res.returncode == 0, res.stdout[-3000:] + res.stderr[-5000:]
+    assert (html / "index.html").is_file()
+
+
+def dump_dom(page: Path, tmp_path: Path) -> str:
+    """The DOM of ``page`` after headless Chromium has rendered it (scripts run)."""
+    res = subprocess.run(["chromium", "--headless", "--no-sandbox", "--disable-gpu", f"--user-data-dir={tmp_path}",
+                          "--dump-dom", page.as_uri()], capture_output=True, text=True, timeout=120)
+    assert res.returncode == 0, res.stderr[-3000:]
+    return res.stdout
+
+
+@pytest.mark.skipif(shutil.which("chromium") is None, reason="chromium is not installed (Debian's chromium package)")
+def test_a_browser_finds_the_gallery_and_the_api(site, tmp_path):
+    res, html = site
+    assert res.returncode == 0, res.stderr[-5000:]
+    index = dump_dom(html / "index.html", tmp_path)
+    for path in TUTORIALS:
+        assert f'href="auto_tutorials/{path.stem}.html"' in index, f"the index does not link {path.stem}"
+    for modname in MODULES:
+        assert f'href="api/generated/{modname}.html"' in index, f"the index does not link {modname}'s API page"
+    gallery = dump_dom(html / "auto_tutorials" / "index.html", tmp_path)
+    thumbnails = re.findall(r'class="sphx-glr-thumbcontainer"[^>]*tooltip="[^"]*">\s*<img[^>]*src="([^"]+)"', gallery)
+    titles = re.findall(r'class="sphx-glr-thumbnail-title">([^<]+)<', gallery)
+    assert len(thumbnails) == len(TUTORIALS), thumbnails
+    assert titles == [tutorial_title(path) for path in TUTORIALS]
