@@ -61,11 +61,14 @@ def declare():
     return tvm.s_tir.Schedule(te.create_prim_func([A, B, C]))
 
 
+speeds = {}  # step -> (kiln GFLOPS, numpy GFLOPS), for the figure at the end
+
+
 def print_speed(step, sampler):
-    """Time ``sampler`` interleaved with numpy and print both rates."""
+    """Time ``sampler`` interleaved with numpy, print both rates and keep them in ``speeds``."""
     sides = compare({"kiln": sampler, "numpy": numpy_blas.sample}, repeat=3)
-    print(f"\n== {step}: {FLOP / sides['kiln']['median_s'] / 1e9:.1f} GFLOPS "
-          f"(numpy {FLOP / sides['numpy']['median_s'] / 1e9:.1f})")
+    speeds[step] = (FLOP / sides["kiln"]["median_s"] / 1e9, FLOP / sides["numpy"]["median_s"] / 1e9)
+    print(f"\n== {step}: {speeds[step][0]:.1f} GFLOPS (numpy {speeds[step][1]:.1f})")
 
 
 def report(step, sch):
@@ -96,7 +99,7 @@ report("naive", naive())
 # 2. Loop reorder
 # ---------------
 #
-# 2. Reorder to i, k, j: the inner loop walks a row of B and of C contiguously.
+# Reorder to i, k, j: the inner loop walks a row of B and of C contiguously.
 def loop_reorder():
     sch = declare()
     i, j, k = sch.get_loops(sch.get_sblock("C"))
@@ -243,7 +246,7 @@ report("+ parallel", parallel())
 # 8. kiln's template
 # ------------------
 #
-# 8. kiln's default template does all of the above, with knobs whose defaults
+# kiln's default template does all of the above, with knobs whose defaults
 # come from the shape and the CPU (vector lanes, cores), plus padding for odd
 # sizes and a local write cache for every tile.
 kernel = kiln.build("matmul", [(N, N), (N, N)])
@@ -255,5 +258,22 @@ numpy_blas.close()
 # %%
 # Summary
 # -------
+#
+# Each step's speed beside numpy's, timed in the same turns (needs
+# matplotlib, the ``plot`` extra).
+try:
+    import matplotlib.pyplot as plt
+except ImportError:
+    print("no plot: matplotlib is not installed")
+else:
+    fig, ax = plt.subplots(figsize=(7, 3.5))
+    steps = list(speeds)
+    ax.barh(steps, [kiln_rate for kiln_rate, _ in speeds.values()], label="kiln")
+    ax.plot([numpy_rate for _, numpy_rate in speeds.values()], steps, "k|", markersize=14, label="numpy, same turns")
+    ax.invert_yaxis()
+    ax.set_xlabel(f"GFLOPS, {N}x{N} float32 matmul")
+    ax.legend(loc="lower right")
+    fig.tight_layout()
+
 print(f"\nEvery step computed A @ B ({N}x{N}) correctly; the register tile pays off once it is vectorized "
       f"(step 6), and the template adds what the shape and the CPU ask for.")

@@ -70,7 +70,7 @@ report("naive (padding inlined)", sch)
 # 2. Padding as a stage
 # ---------------------
 #
-# 2. Padding as its own stage: the convolution's loads need no bounds checks.
+# The padding runs as its own stage, so the convolution's loads need no bounds checks.
 report("padding as a separate stage", declare())
 
 
@@ -111,7 +111,7 @@ report("+ parallel", tiled(parallel=True))
 # 6. kiln's template
 # ------------------
 #
-# 6. kiln's default template: the same structure, tiles chosen from the
+# kiln's default template: the same structure, tiles chosen from the
 # shape and the CPU, NCHW and NHWC.
 kernel = kiln.build("conv2d", shapes, attrs=attrs)
 np.testing.assert_allclose(kernel(x_np, w_np), want, rtol=1e-4, atol=1e-3)

@@ -165,7 +165,7 @@ report("shared-memory tiling", sch)
 # Step 4: kiln's template
 # -----------------------
 #
-# Step 4: kiln's template does the same with knobs (thread grid, register
+# kiln's template does the same with knobs (thread grid, register
 # tile, k slice, vectorized cooperative loads, unrolling), pads shapes the
 # tiles do not divide, and checks the resources before compiling.
 task = Task.create("matmul", [(N, N), (N, N)], target=target)
