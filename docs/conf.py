@@ -46,7 +46,6 @@ autodoc_class_signature = "separated"
 
 html_theme = "pydata_sphinx_theme"
 html_title = f"kiln {release}"
-html_static_path = ["_static"]
 html_theme_options = {
     "navigation_with_keys": False,
     "show_toc_level": 2,

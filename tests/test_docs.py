@@ -20,6 +20,8 @@ TUTORIALS = sorted((ROOT / "tutorials").glob("[0-9][0-9]_*.py"))
 # the modules docs/api/index.rst documents
 MODULES = ["kiln", "kiln.te", "kiln.nn", "kiln.nn.functional", "kiln.autotune", "kiln.runtime", "kiln.graph",
            "kiln.bench", "kiln.strategy"]
+# what a build writes into docs/ (.gitignore lists them)
+GENERATED = ("_build", "auto_tutorials", "generated", "sg_execution_times.rst")
 
 
 def public_names(module) -> list[str]:
@@ -71,9 +73,13 @@ def test_tutorials_have_a_title_and_sections(path):
 def site(tmp_path_factory):
     pytest.importorskip("sphinx", reason="the docs extra is not installed: pip install -e '.[docs]'")
     pytest.importorskip("sphinx_gallery", reason="the docs extra is not installed: pip install -e '.[docs]'")
+    # A copy of the sources beside a link to the tutorials: what the build generates (the gallery's
+    # pages, the API's) stays out of the tree, and each test worker builds its own.
     out = tmp_path_factory.mktemp("site")
+    shutil.copytree(ROOT / "docs", out / "docs", ignore=shutil.ignore_patterns(*GENERATED))
+    (out / "tutorials").symlink_to(ROOT / "tutorials")
     res = subprocess.run([sys.executable, "-m", "sphinx", "-b", "html", "-W", "--keep-going", "-D", "plot_gallery=0",
-                          "-d", str(out / "doctrees"), str(ROOT / "docs"), str(out / "html")],
+                          "-d", str(out / "doctrees"), str(out / "docs"), str(out / "html")],
                          capture_output=True, text=True, timeout=600)
     return res, out / "html"
 
