@@ -42,7 +42,6 @@ autosummary_ignore_module_all = False  # a module's public names are its __all__
 autodoc_default_options = {"members": True, "show-inheritance": True}
 autodoc_member_order = "bysource"
 autodoc_typehints = "description"
-autodoc_class_signature = "separated"
 
 html_theme = "pydata_sphinx_theme"
 html_title = f"kiln {release}"

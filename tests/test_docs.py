@@ -103,8 +103,10 @@ def test_a_browser_finds_the_gallery_and_the_api(site, tmp_path):
     _, html = site  # whether the build warned is the test above's to say
     index = dump_dom(html / "index.html", tmp_path)
     assert 'href="auto_tutorials/index.html"' in index, "the index does not link the gallery"
+    assert 'href="api/index.html"' in index, "the index does not link the API reference"
+    api = dump_dom(html / "api" / "index.html", tmp_path)
     for modname in MODULES:
-        assert f'href="api/generated/{modname}.html"' in index, f"the index does not link {modname}'s API page"
+        assert f'href="generated/{modname}.html"' in api, f"the API reference does not link {modname}'s page"
     gallery = dump_dom(html / "auto_tutorials" / "index.html", tmp_path)
     entries = re.findall(r'<div class="sphx-glr-thumbcontainer"[^>]*><img [^>]*src="([^"]+)">\s*'
                          r'<p><a class="reference internal" href="([^"]+)">.*?'
