@@ -53,11 +53,13 @@ def extract(model, example, training: bool = False, target=None, optimizer=None,
     model : kiln.nn.Module (or any callable made of kiln ops)
     example : array-like
         An input batch; its batch size is the one tuned.
-    training : extract one training step's kernels instead of an inference's
-    optimizer, loss_fn, labels : with ``training``, the step's optimizer
-        (default ``Adam(model.parameters())``, as ``kiln train``), loss
-        (default ``SoftmaxLoss``) and labels (default zeros). The model's
-        parameters, buffers and the optimizer's state are left as they were.
+    training : bool
+        Extract one training step's kernels instead of an inference's.
+    optimizer, loss_fn, labels : optional
+        With ``training``, the step's optimizer (default
+        ``Adam(model.parameters())``, as ``kiln train``), loss (default
+        ``SoftmaxLoss``) and labels (default zeros). The model's parameters,
+        buffers and the optimizer's state are left as they were.
 
     Returns
     -------

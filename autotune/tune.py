@@ -119,20 +119,28 @@ def tune(task: Task, trials: int = 64, tuner: str = "xgb", records: str | os.Pat
 
     Parameters
     ----------
-    tuner : "xgb", "random" or "grid"
-    records : path of the JSON Lines records file (default: kiln's, which
-        ``kiln.build`` reads)
-    resume : continue from this task's records instead of starting over
-    runner : ``LocalRunner()`` (default) or ``RPCRunner(host, port, key)``;
-        its ``check()`` runs first (an unreachable RPC tracker fails in seconds)
-    early_stopping : stop after this many trials without a faster config
-    transfer : seed the xgb model with records of other shapes of the same op
-    new_trials : measure at most this many in this run, on top of the
-        resumed ones (then ``trials`` bounds the total only)
-    start : the config measured first, instead of the template's default
-        (the one a model runs untuned: what tuning is measured against)
-    confirm : end a run that measured something by re-timing the fastest
-        configs and the first, interleaved (see the module docstring)
+    tuner : {"xgb", "random", "grid"}
+    records : str or PathLike, optional
+        The JSON Lines records file (default: kiln's, which ``kiln.build``
+        reads).
+    resume : bool
+        Continue from this task's records instead of starting over.
+    runner : LocalRunner or RPCRunner, optional
+        ``LocalRunner()`` (default) or ``RPCRunner(host, port, key)``; its
+        ``check()`` runs first (an unreachable RPC tracker fails in seconds).
+    early_stopping : int, optional
+        Stop after this many trials without a faster config.
+    transfer : bool
+        Seed the xgb model with records of other shapes of the same op.
+    new_trials : int, optional
+        Measure at most this many in this run, on top of the resumed ones
+        (then ``trials`` bounds the total only).
+    start : dict, optional
+        The config measured first, instead of the template's default (the
+        one a model runs untuned: what tuning is measured against).
+    confirm : bool
+        End a run that measured something by re-timing the fastest configs
+        and the first, interleaved (see the module docstring).
     """
     if tuner not in TUNERS:
         raise AttrError(f"got {tuner!r}, expected one of {sorted(TUNERS)}", where="tune", arg="tuner")
