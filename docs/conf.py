@@ -4,7 +4,6 @@ The tutorials in ``../tutorials`` are rendered by sphinx-gallery, executed
 (``make html``) or not (``make html-noplot``, ``-D plot_gallery=0``); the API
 reference is generated from the docstrings by autosummary and autodoc.
 """
-import os
 import shutil
 import time
 from pathlib import Path
@@ -84,14 +83,8 @@ sphinx_gallery_conf = {
     "examples_dirs": ["../tutorials"],
     "gallery_dirs": ["auto_tutorials"],
     "filename_pattern": r"/\d\d_",  # run every numbered tutorial when plotting is on
-    "ignore_pattern": r"__init__\.py",
     "image_scrapers": (matplotlib_scraper, written_images),
     "reset_modules": ("matplotlib", start_clock),
-    "thumbnail_size": (320, 224),
-    "download_all_examples": False,
-    "remove_config_comments": True,
+    "download_all_examples": False,  # each tutorial is one file in the repository
     "within_subsection_order": "FileNameSortKey",
-    "show_memory": False,
 }
-# Tutorials run headless, at the sizes the environment asks for.
-os.environ.setdefault("MPLBACKEND", "Agg")
