@@ -272,7 +272,7 @@ else:
     ax.plot([numpy_rate for _, numpy_rate in speeds.values()], steps, "k|", markersize=14, label="numpy, same turns")
     ax.invert_yaxis()
     ax.set_xlabel(f"GFLOPS, {N}x{N} float32 matmul")
-    ax.legend(loc="lower right")
+    ax.legend(loc="upper right")
     fig.tight_layout()
 
 print(f"\nEvery step computed A @ B ({N}x{N}) correctly; the register tile pays off once it is vectorized "

@@ -84,6 +84,7 @@ else:
     epochs = [e.epoch for e in history.epochs]
     ax.plot(epochs, [e.train_loss for e in history.epochs], marker="o", label="train")
     ax.plot(epochs, [e.test_loss for e in history.epochs], marker="o", label="test")
+    ax.set_xticks(epochs)
     ax.set_xlabel("epoch")
     ax.set_ylabel("softmax loss")
     ax.legend()
