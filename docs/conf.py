@@ -6,16 +6,15 @@ reference is generated from the docstrings by autosummary and autodoc.
 """
 import shutil
 import time
+from importlib.metadata import version as installed_version
 from pathlib import Path
 
 from sphinx_gallery.scrapers import figure_rst, matplotlib_scraper
 
-import kiln
-
 project = "kiln"
 author = "the kiln authors"
 copyright = "the kiln authors"  # noqa: A001 (the name Sphinx reads)
-release = kiln.__version__
+release = installed_version("kiln")  # the installed kiln, which autodoc documents
 version = release
 
 extensions = [
