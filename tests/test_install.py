@@ -18,7 +18,7 @@ from kiln.cli import build_parser
 from kiln.runtime import cache
 
 ROOT = Path(kiln.__file__).resolve().parent
-NOT_SHIPPED = {"tests", "benchmarks", "tutorials"}
+NOT_SHIPPED = {"tests", "benchmarks", "tutorials", "docs"}
 LEFT_OUT = shutil.ignore_patterns(".git", ".venv", "build", "dist", "*.egg-info", "__pycache__", ".hypothesis",
                                   ".pytest_cache")
 
