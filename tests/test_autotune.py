@@ -126,7 +126,7 @@ def test_xgb_tuner_uses_the_model_after_min_train(tmp_path, workers):
 
 
 def test_transfer_rows_come_from_other_shapes(tmp_path, workers):
-    from kiln.autotune.tune import transfer_rows
+    from kiln.autotune.transfer import transfer_rows
 
     path = tmp_path / "records.jsonl"
     other = Task.create("matmul", [(32, 32), (32, 32)])
