@@ -97,6 +97,11 @@ class OutputError(KilnError):
     missing folder), found before the work that would produce it."""
 
 
+class FrontendError(KilnError, ValueError):
+    """A model the frontends cannot import: a file that is not a model, an op,
+    opset or dtype kiln does not support, or inputs that do not fit it."""
+
+
 class GradError(KilnError, RuntimeError):
     """An autograd request that cannot be met, such as ``backward()`` on a
     tensor that no recorded op connects to a leaf requiring a gradient."""
