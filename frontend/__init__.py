@@ -10,5 +10,6 @@ captures a PyTorch module with ``torch.export``. Both return an
 from .onnx_import import from_onnx
 from .onnx_table import supported_onnx_ops
 from .program import ImportedModel, InputSpec
+from .torch_import import from_torch, supported_aten_ops
 
-__all__ = ["ImportedModel", "InputSpec", "from_onnx", "supported_onnx_ops"]
+__all__ = ["ImportedModel", "InputSpec", "from_onnx", "from_torch", "supported_aten_ops", "supported_onnx_ops"]
