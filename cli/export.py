@@ -1,42 +1,110 @@
-"""``kiln export``: a checkpoint written by ``kiln train --save`` as one compiled module.
+"""``kiln export``: a checkpoint written by ``kiln train --save``, or an ONNX
+model, as one compiled module.
 
 Only the zoo models of ``kiln train`` can be rebuilt from a checkpoint's spec;
 a model written in Python is exported from Python (``load_checkpoint(path,
-model)``, then ``kiln.export``). Every problem with the files — missing,
-truncated, corrupt, foreign, weights that do not fit, an unwritable ``--out``,
-a ``--records`` file that is not one — is a ``kiln: error:`` naming the
-file, found before compiling.
+model)``, then ``kiln.export``). An ``.onnx`` file is imported
+(``kiln.frontend.from_onnx``); its inputs' symbolic dims other than the batch
+need ``--input-shape NAME=1x3x224x224``. Every problem with the files —
+missing, truncated, corrupt, foreign, weights that do not fit, an
+unsupported op, an unwritable ``--out``, a ``--records`` file that is not
+one — is a ``kiln: error:`` naming the file, found before compiling.
 """
 from __future__ import annotations
 
 import json
 
+from ..errors import FrontendError
 from .args import add_records_argument, apply_records_arg
 
 
 def register(subparsers) -> None:
-    parser = subparsers.add_parser("export", help="compile a checkpoint from `kiln train --save` into one .so")
-    parser.add_argument("checkpoint", help="the .npz written by kiln train --save (its .npz.json spec beside it)")
+    parser = subparsers.add_parser("export", help="compile a checkpoint from `kiln train --save` or an .onnx model "
+                                   "into one .so")
+    parser.add_argument("checkpoint", metavar="MODEL",
+                        help="the .npz written by kiln train --save (its .npz.json spec beside it), or an .onnx file")
     parser.add_argument("--out", required=True, metavar="MODEL.so",
                         help="where to write the compiled module (replaced atomically; run it with kiln predict)")
+    parser.add_argument("--input-shape", action="append", default=[], metavar="NAME=DIMS",
+                        help="an .onnx model's input shape, e.g. input=1x3x224x224 (repeated per input): needed for "
+                             "the dims the file leaves symbolic, besides the batch (the first dim stays dynamic)")
     parser.add_argument("--json", action="store_true",
-                        help="print one JSON object (path, model, input shape) instead of a sentence")
+                        help="print one JSON object (path, model, inputs) instead of a sentence")
     add_records_argument(parser)  # the tuned batch sizes get entries of their own (kiln.export's batches)
     parser.set_defaults(func=run)
 
 
 def run(args) -> int:
-    import numpy as np
-
-    from ..nn.checkpoint import load_checkpoint
     from ..outputs import check_output_path
-    from ..graph.export import export
 
     out = check_output_path(args.out, "--out")
     apply_records_arg(args)
+    if args.checkpoint.lower().endswith(".onnx"):
+        return _export_onnx(args, out)
+    if args.input_shape:
+        raise FrontendError("--input-shape applies to an .onnx model; a checkpoint's spec gives its input shape",
+                            where="kiln export", arg="--input-shape")
+    import numpy as np
+
+    from ..graph.export import export
+    from ..nn.checkpoint import load_checkpoint
+
     model, spec = load_checkpoint(args.checkpoint)
     path = export(model, np.zeros((1, *spec["in_shape"]), "float32"), out)
     info = {"path": str(path), "model": spec["model"], "input_shape": [None, *spec["in_shape"]]}
     print(json.dumps(info) if args.json else f"exported {spec['model']} to {path} (input (N, "
           f"{', '.join(map(str, spec['in_shape']))}))")
+    return 0
+
+
+def parse_input_shapes(items: list[str]) -> dict:
+    """``NAME=1x3x224x224`` items as ``{name: dims}``."""
+    shapes = {}
+    for item in items:
+        name, sep, text = item.partition("=")
+        dims = text.lower().split("x") if text.strip() else []
+        if not sep or not name or not dims or not all(d.isdigit() for d in dims):
+            raise FrontendError(f"got {item!r}, expected NAME=DIMS such as input=1x3x224x224", where="kiln export",
+                                arg="--input-shape")
+        if name in shapes:
+            raise FrontendError(f"input {name!r} given twice", where="kiln export", arg="--input-shape")
+        shapes[name] = tuple(int(d) for d in dims)
+    return shapes
+
+
+def example_inputs(model, where: str = "kiln export") -> tuple[dict, bool]:
+    """Zero arrays of the imported model's input shapes (batch 1 where the
+    batch is symbolic), and whether every input has a dynamic batch."""
+    import numpy as np
+
+    arrays, dynamic = {}, True
+    for spec in model.inputs:
+        shape = list(spec.shape)
+        if not shape or shape[0] is not None:
+            dynamic = False
+        if shape and shape[0] is None:
+            shape[0] = 1
+        unknown = [i for i, d in enumerate(shape) if d is None]
+        if unknown:
+            raise FrontendError(f"input {spec.source!r} has symbolic dim(s) {unknown} besides the batch: give its "
+                                f"shape, e.g. --input-shape {spec.source}="
+                                + "x".join("N" if d is None else str(d) for d in spec.shape), where=where,
+                                arg="--input-shape")
+        arrays[spec.name] = np.zeros(shape, spec.dtype)
+    return arrays, dynamic
+
+
+def _export_onnx(args, out) -> int:
+    from ..frontend import from_onnx
+    from ..graph.export import export
+
+    model = from_onnx(args.checkpoint, parse_input_shapes(args.input_shape))
+    example, dynamic = example_inputs(model)
+    path = export(model, example, out, dynamic_batch=dynamic)
+    inputs = {spec.name: [None if dynamic and i == 0 else int(d) for i, d in enumerate(example[spec.name].shape)]
+              for spec in model.inputs}
+    info = {"path": str(path), "model": args.checkpoint, "inputs": inputs, "outputs": model.output_names}
+    shown = ", ".join(f"{name} ({', '.join('N' if d is None else str(d) for d in dims)})"
+                      for name, dims in inputs.items())
+    print(json.dumps(info) if args.json else f"exported {args.checkpoint} to {path} (inputs {shown})")
     return 0

@@ -6,7 +6,11 @@ import json
 
 def register(subparsers) -> None:
     parser = subparsers.add_parser("ops", help="list registered ops")
-    parser.add_argument("--json", action="store_true", help="print one JSON object")
+    parser.add_argument("--json", action="store_true", help="print one JSON object (with the ONNX and ATen ops the "
+                        "frontends import)")
+    which = parser.add_mutually_exclusive_group()
+    which.add_argument("--onnx", action="store_true", help="list the ONNX op types kiln.frontend.from_onnx imports")
+    which.add_argument("--aten", action="store_true", help="list the ATen ops kiln.frontend.from_torch imports")
     parser.set_defaults(func=run)
 
 
@@ -21,11 +25,20 @@ def describe(name: str) -> dict:
 
 
 def run(args) -> int:
+    from ..frontend import supported_aten_ops, supported_onnx_ops
     from ..te import list_ops
 
+    if args.onnx or args.aten:
+        names = supported_onnx_ops() if args.onnx else supported_aten_ops()
+        if args.json:
+            print(json.dumps({"onnx" if args.onnx else "aten": names}))
+        else:
+            print("\n".join(names))
+            print(f"\n{len(names)} {'ONNX op types' if args.onnx else 'ATen ops'}")
+        return 0
     rows = [describe(name) for name in list_ops()]
     if args.json:
-        print(json.dumps({"ops": rows}))
+        print(json.dumps({"ops": rows, "onnx": supported_onnx_ops(), "aten": supported_aten_ops()}))
         return 0
     header = ("op", "family", "inputs", "grad", "attrs")
     lines = [(r["name"], r["family"], str(r["inputs"]), "yes" if r["differentiable"] else "no",

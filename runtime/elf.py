@@ -16,6 +16,12 @@ def elf_problem(path: Path) -> str | None:
     with open(path, "rb") as f:
         head = f.read(64)
         if len(head) < 64 or head[:4] != b"\x7fELF":
+            if path.suffix.lower() == ".onnx":
+                return (f"an ONNX model, not a compiled module: compile it first with kiln export {path} --out "
+                        f"{path.with_suffix('.so').name} (kiln.frontend.from_onnx, then kiln.export)")
+            if head[:4] in (b"PK\x03\x04", b"PK\x05\x06"):
+                return ("an archive (a checkpoint .npz or a PyTorch .pt?), not a compiled module: kiln export "
+                        "compiles a checkpoint; a PyTorch module is imported with kiln.frontend.from_torch")
             return "not an ELF shared library"
         if head[4] != 2 or head[5] != 1:
             return "not a 64-bit little-endian ELF file"
