@@ -13,6 +13,7 @@ from typing import Sequence
 import numpy as np
 
 from ..errors import AttrError
+from ..te import attrs as A
 from ..te import call
 from ..te.value import ValueOps, pick_alias
 from . import init, record
@@ -154,11 +155,57 @@ def one_hot(labels, num_classes: int, dtype: str = "float32"):
     return call("one_hot", _host_labels(labels, num_classes, "one_hot"), num_classes=num_classes, dtype=dtype)
 
 
-def conv2d(x, weight, bias=None, stride=1, padding=0, dilation=1):
-    """PyTorch's NCHW convolution: x (N, C, H, W), weight (O, C, KH, KW), bias (O,);
-    ``stride``, ``padding`` and ``dilation`` are ints or (h, w) pairs."""
-    y = call("conv2d", x, weight, stride=stride, padding=padding, dilation=dilation)
+def conv2d(x, weight, bias=None, stride=1, padding=0, dilation=1, groups: int = 1):
+    """PyTorch's NCHW convolution (``torch.nn.functional.conv2d``).
+
+    Parameters
+    ----------
+    x : Tensor
+        (N, C, H, W).
+    weight : Tensor
+        (O, C / groups, KH, KW).
+    bias : Tensor, optional
+        (O,).
+    stride, dilation : int or (int, int)
+    padding : int, (int, int), 'same' or 'valid'
+        Zeros on both sides of H and W. ``'same'`` keeps H and W (stride 1
+        only); where the dilated kernel's span is even, the extra row or
+        column goes after, as in PyTorch. ``'valid'`` is 0.
+    groups : int, default 1
+        Channel groups: input and output channels are split into ``groups``
+        parts, and part ``g`` of the output sees part ``g`` of the input.
+
+    Returns
+    -------
+    Tensor
+        (N, O, OH, OW).
+    """
+    (top, bottom), (left, right) = _conv_pads("conv2d", padding, tuple(weight.shape[2:]), stride, dilation)
+    if (top, left) != (bottom, right):  # the conv pads symmetrically; the rest goes after, as PyTorch's 'same'
+        near_h, near_w = min(top, bottom), min(left, right)
+        x = pad(x, ((0, 0), (0, 0), (top - near_h, bottom - near_h), (left - near_w, right - near_w)))
+        top, left = near_h, near_w
+    y = call("conv2d", x, weight, stride=stride, padding=(top, left), dilation=dilation, groups=groups)
     return y if bias is None else y + bias.reshape(1, bias.shape[0], 1, 1)
+
+
+def _conv_pads(where: str, padding, kernel: tuple, stride, dilation) -> tuple:
+    """``((top, bottom), (left, right))``: the zeros PyTorch's ``padding``
+    argument (an int, a pair, ``'same'`` or ``'valid'``) adds around H and W
+    for a ``kernel`` (kh, kw) at ``stride`` and ``dilation``."""
+    if not isinstance(padding, str):
+        ph, pw = A.int_tuple(2, minimum=0)(where, "padding", padding)
+        return (ph, ph), (pw, pw)
+    if padding == "valid":
+        return (0, 0), (0, 0)
+    if padding != "same":
+        raise AttrError(f"got {padding!r}, expected an int, an (h, w) pair, 'same' or 'valid'", where=where,
+                        arg="padding")
+    if A.int_tuple(2, minimum=1)(where, "stride", stride) != (1, 1):
+        raise AttrError(f"got 'same' with stride {stride!r}: 'same' keeps H and W at stride 1 only (as in "
+                        "PyTorch)", where=where, arg="padding")
+    spans = [d * (k - 1) for d, k in zip(A.int_tuple(2, minimum=1)(where, "dilation", dilation), kernel)]
+    return tuple((span // 2, span - span // 2) for span in spans)
 
 
 def conv(x, weight, stride=1, padding=0):
@@ -166,14 +213,70 @@ def conv(x, weight, stride=1, padding=0):
     return call("conv2d", x, weight, stride=stride, padding=padding, layout="NHWC")
 
 
-def max_pool2d(x, kernel_size, stride=None, padding=0):
-    """NCHW max pooling; ``stride`` defaults to ``kernel_size``."""
-    return call("max_pool2d", x, kernel=kernel_size, stride=stride, padding=padding)
+def max_pool2d(x, kernel_size, stride=None, padding=0, dilation=1, ceil_mode: bool = False,
+               return_indices: bool = False):
+    """NCHW max pooling, with ``torch.nn.functional.max_pool2d``'s arguments.
+
+    Parameters
+    ----------
+    x : Tensor
+        (N, C, H, W).
+    kernel_size, padding, dilation : int or (int, int)
+        The window, the padding on both sides of H and W (at most half the
+        window; it never wins the max), the spacing of the window's taps.
+    stride : int or (int, int), optional
+        The kernel by default.
+    ceil_mode : bool, default False
+        Round the output size up: a last window that starts inside the input
+        or its near padding is kept.
+    return_indices : bool
+        False only: kiln does not return the argmax.
+
+    Returns
+    -------
+    Tensor
+        (N, C, OH, OW).
+    """
+    _only("max_pool2d", "return_indices", return_indices, False)
+    return call("max_pool2d", x, kernel=kernel_size, stride=stride, padding=padding, dilation=dilation,
+                ceil_mode=ceil_mode)
 
 
-def avg_pool2d(x, kernel_size, stride=None, padding=0):
-    """NCHW average pooling (padding counts as zeros); ``stride`` defaults to ``kernel_size``."""
-    return call("avg_pool2d", x, kernel=kernel_size, stride=stride, padding=padding)
+def avg_pool2d(x, kernel_size, stride=None, padding=0, ceil_mode: bool = False, count_include_pad: bool = True,
+               divisor_override=None):
+    """NCHW average pooling, with ``torch.nn.functional.avg_pool2d``'s arguments.
+
+    Parameters
+    ----------
+    x : Tensor
+        (N, C, H, W).
+    kernel_size, padding : int or (int, int)
+        The window and the padding on both sides of H and W (at most half
+        the window).
+    stride : int or (int, int), optional
+        The kernel by default.
+    ceil_mode : bool, default False
+        Round the output size up, as ``max_pool2d``.
+    count_include_pad : bool, default True
+        Divide by the window's size with its padding, as PyTorch does by
+        default; False: by the number of input elements in the window.
+    divisor_override : None
+        None only.
+
+    Returns
+    -------
+    Tensor
+        (N, C, OH, OW).
+    """
+    _only("avg_pool2d", "divisor_override", divisor_override, None)
+    return call("avg_pool2d", x, kernel=kernel_size, stride=stride, padding=padding, ceil_mode=ceil_mode,
+                count_include_pad=count_include_pad)
+
+
+def _only(where: str, arg: str, value, supported) -> None:
+    """PyTorch's argument ``arg`` is accepted at its ``supported`` value only."""
+    if type(value) is not type(supported) or value != supported:
+        raise AttrError(f"got {value!r}; kiln supports {supported!r} only", where=where, arg=arg)
 
 
 def dropout(x, p: float = 0.5, training: bool = True):
