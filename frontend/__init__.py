@@ -7,8 +7,7 @@ captures a PyTorch module with ``torch.export``. Both return an
 ``kiln.compile`` and ``kiln tune --model`` take it like any kiln model.
 ``supported_onnx_ops()`` and ``supported_aten_ops()`` list what converts.
 """
-from .onnx_import import from_onnx
-from .onnx_table import supported_onnx_ops
+from .onnx_import import from_onnx, supported_onnx_ops
 from .program import ImportedModel, InputSpec
 from .torch_import import from_torch, supported_aten_ops
 

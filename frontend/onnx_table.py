@@ -38,9 +38,3 @@ class Node:
     def refuse(self, key: str, value, expected: str) -> FrontendError:
         return FrontendError(f"attribute {key}={value!r} is not supported (expected {expected})",
                              where=f"{self.op_type} node {self.name!r}")
-
-
-def supported_onnx_ops() -> list[str]:
-    """The ONNX op types kiln imports, sorted."""
-    from . import onnx_math, onnx_nn, onnx_shape  # noqa: F401 - registers the converters
-    return sorted(CONVERTERS)

@@ -67,7 +67,7 @@ def trace(model, example, dynamic_batch: bool = True, *, where: str = "kiln.grap
     ----------
     model : callable made of kiln ops (a ``kiln.nn.Module``)
     example : array-like, tuple/list of them, or dict of them by name
-        One input (named ``x``); the forward's positional arguments (named
+        One input (named after the forward's one parameter, else ``x``); the forward's positional arguments (named
         after its parameters where its signature says, else ``in0``,
         ``in1``...); or its keyword arguments (the dict's keys, identifiers),
         in the order of the forward's parameters (keys only a ``**kwargs``
@@ -128,8 +128,8 @@ def _arguments(model, example, where: str) -> tuple[list[str], list[np.ndarray],
     if not items:
         raise ExportError("got no inputs, expected an array, a tuple of arrays or a dict of them", where=where,
                           arg="example")
-    if len(items) == 1:
-        names = ["x"]
+    if len(items) == 1:  # the forward's one parameter names it where it is an identifier of its own
+        names = positional[:1] if positional and len(positional) == 1 and positional[0] != "out" else ["x"]
     elif positional is not None and len(positional) >= len(items):
         names = positional[:len(items)]
     else:
