@@ -340,10 +340,8 @@ def scalar_tensor(value, dtype=None, **_):
 def arange(start, end=None, step=1, dtype=None, **_):
     if end is None:
         start, end = 0, start
-    if not all(isinstance(v, (int, float)) for v in (start, end, step)):
-        raise FrontendError("arange over a symbolic length; export with a static batch", where="aten.arange")
-    out = np.arange(start, end, step)
-    return out.astype(dtype or ("float32" if out.dtype.kind == "f" else "int64"))
+    kind = "float32" if any(isinstance(v, float) for v in (start, end, step)) else "int64"
+    return ops.arange(start, end, step, dtype or kind)
 
 
 def _band(x, diagonal, upper):

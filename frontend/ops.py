@@ -12,8 +12,8 @@ import numpy as np
 
 from ..errors import FrontendError
 from ..te import call
-from .values import (broadcast_static, dim, is_kiln, kiln_dtype, materialize, resolve_reshape, shape_of,
-                     static_array)
+from .values import (anchored, broadcast_static, dim, is_kiln, kiln_dtype, materialize, resolve_reshape,
+                     shape_of, static_array)
 
 #: binary kiln op -> (numpy function, scalar op for ``x op s``, scalar op for ``s op x``)
 _BINARY = {
@@ -134,7 +134,7 @@ def reshape(x, target, allow_zero: bool = False):
     shape = resolve_reshape(shape_of(x), target, allow_zero)
     if not is_kiln(x):
         return np.reshape(np.asarray(x), tuple(shape))
-    return x if shape_of(x) == tuple(shape) else call("reshape", x, shape=tuple(shape))
+    return x if shape_of(x) == tuple(shape) else call("reshape", anchored(x, shape), shape=tuple(shape))
 
 
 def transpose(x, perm=None):
@@ -152,8 +152,11 @@ def expand(x, target):
     """ONNX Expand / torch expand: numpy broadcasting of ``x`` with ``target``."""
     shape = broadcast_static(shape_of(x), [dim(d) for d in target])
     if not is_kiln(x):
-        return np.broadcast_to(np.asarray(x), shape).copy()
-    return x if shape_of(x) == shape else call("broadcast_to", x, shape=shape)
+        if any(not isinstance(d, int) for d in shape):
+            x = materialize(x, "expand")
+        else:
+            return np.broadcast_to(np.asarray(x), shape).copy()
+    return x if shape_of(x) == shape else call("broadcast_to", anchored(x, shape), shape=shape)
 
 
 def concat(values, axis: int):
@@ -239,7 +242,10 @@ def split(x, sizes, axis: int):
         return list(np.split(np.asarray(x), bounds, axis=axis))
     if len(sizes) == 1:
         return [x]
-    return list(call("split", x, axis=axis, sections=tuple(int(s) for s in sizes)))
+    if len(set(sizes)) == 1:
+        return list(call("split", x, axis=axis, sections=len(sizes)))
+    bounds = np.concatenate([[0], np.cumsum(sizes)])
+    return [slice_(x, [int(lo)], [int(hi)], [axis], [1]) for lo, hi in zip(bounds[:-1], bounds[1:])]
 
 
 def pad(x, pads, mode: str = "constant", value=0.0):
@@ -302,3 +308,20 @@ def conv2d(x, w, b, stride, pads, dilation, groups: int):
     if b is not None:
         y = binary("add", y, reshape(b, [1, -1, 1, 1]))
     return y
+
+
+def arange(start, end, step, dtype: str):
+    """numpy.arange; over a symbolic length (an exported model's batch) an
+    exclusive cumulative sum of ones, since no kernel input has that length."""
+    if all(isinstance(v, (int, float, np.integer, np.floating)) for v in (start, end, step)):
+        return np.arange(start, end, step).astype(dtype)
+    if not all(isinstance(v, (int, np.integer)) or not isinstance(v, float) for v in (start, end, step)) \
+            or not isinstance(step, (int, np.integer)) or step <= 0:
+        raise FrontendError(f"arange({start}, {end}, {step}) over a symbolic length needs integer bounds and a "
+                            "positive integer step", where="kiln.frontend")
+    count = dim((end - start + step - 1) // step)
+    ones = expand(np.ones((), dtype), [count])
+    out = call("cumsum", ones, axis=0, exclusive=True)
+    if step != 1:
+        out = call("multiply_scalar", out, scalar=int(step))
+    return out if start == 0 else call("add_scalar", out, scalar=int(start))

@@ -21,7 +21,7 @@ import numpy as np
 from ..errors import FrontendError, KilnError
 from ..nn.modules import Module, Parameter
 from ..runtime import pool as _pool
-from .values import is_kiln, kiln_dtype, shape_of
+from .values import ANCHOR, is_kiln, kiln_dtype, shape_of
 
 
 class Step:
@@ -160,6 +160,15 @@ class ImportedModel(Module):
         env.update(self._constants)
         site = _pool.active_site()
         pool = site.pool if site is not None else self.kernel_pool
+        from ..nn.tensor import Tensor
+        traced = next((v for v in env.values() if is_kiln(v) and not isinstance(v, Tensor)), None)
+        token = ANCHOR.set(traced)
+        try:
+            return self._walk(env, pool)
+        finally:
+            ANCHOR.reset(token)
+
+    def _walk(self, env, pool):
         for step in self._steps:
             values = [env[name] if name else None for name in step.inputs]
             with pool.activate(step):

@@ -12,6 +12,7 @@ that uses it, where it stays symbolic.
 """
 from __future__ import annotations
 
+import contextvars
 import numbers
 
 import numpy as np
@@ -28,6 +29,21 @@ _ANALYZER = Analyzer()
 def is_kiln(value) -> bool:
     """True for a value ops run on (not a static array)."""
     return hasattr(type(value), "_kiln_apply")
+
+
+#: a traced input of the model being exported (``ImportedModel`` sets it while it runs), which an op on
+#: weights alone with a symbolic output shape is traced beside (``anchored``); None when running eagerly
+ANCHOR: contextvars.ContextVar = contextvars.ContextVar("kiln_frontend_anchor", default=None)
+
+
+def anchored(value, dims):
+    """``value`` made a traced constant when ``dims`` hold a symbolic size and
+    the model is being traced: such an op cannot run on the weights eagerly."""
+    anchor = ANCHOR.get()
+    if anchor is None or not any(is_symbolic(d) for d in dims):
+        return value
+    from ..graph.trace import lift
+    return lift(value, anchor)
 
 
 def is_symbolic(dim) -> bool:

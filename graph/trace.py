@@ -42,6 +42,16 @@ class _Symbol(ValueOps):
         return self
 
 
+def lift(value, like):
+    """``value`` (an array or a Tensor) as a constant of the trace ``like``
+    (a traced value) belongs to, so that ops on it alone are recorded too:
+    an op whose output shape is symbolic cannot run eagerly. ``value`` itself
+    when it is already traced, or ``like`` is not."""
+    if isinstance(value, _Symbol) or not isinstance(like, _Symbol):
+        return value
+    return _Symbol(like._tracer, like._tracer.const(value))
+
+
 class _Tracer:
     def __init__(self):
         self.graph = Graph()
