@@ -182,11 +182,12 @@ def schedule_kernels(mod: tvm.IRModule, kernels: dict, target, configure=None) -
                 raise
             warnings.warn(f"kiln: ignoring the tuning record for {node.name}: {exc}", RuntimeWarning, stacklevel=2)
             lowered = settle(workload, configure, lower_fn)[0]
-        tail = next((k for k in range(head + 1, len(blocks)) if reductions[k]), len(blocks))
-        for name in blocks[head + 1:tail]:
-            _inline_epilogue(lowered, name, node)
-        if tail < len(blocks):
-            reduce_in_task(lowered.sch, blocks[tail:], blocks[head], node)
+        if node.epilogue:  # an op's own stages after its named block (layer_norm_grad's sums) are its template's
+            tail = next((k for k in range(head + 1, len(blocks)) if reductions[k]), len(blocks))
+            for name in blocks[head + 1:tail]:
+                _inline_epilogue(lowered, name, node)
+            if tail < len(blocks):
+                reduce_in_task(lowered.sch, blocks[tail:], blocks[head], node)
         if first:
             compute_in_task(lowered, blocks[:first], blocks[head], node)
         mod[gv] = lowered.sch.mod["main"].with_attr("global_symbol", gv.name_hint)
