@@ -8,7 +8,7 @@ import numpy as np
 from ..te import call
 from . import ops
 from .onnx_table import converter
-from .values import is_kiln, ints, materialize, scalar, to_kiln_dtype
+from .values import is_kiln, ints, materialize, scalar, shape_of, to_kiln_dtype
 
 _erf = np.vectorize(math.erf, otypes=[np.float64])
 
@@ -31,10 +31,21 @@ def unary(node, x):
     return ops.unary(name, x, fn)
 
 
-@converter("Identity", "Dropout")
-def identity(node, x, *rest):
-    if node.op_type == "Dropout" and node.n_outputs > 1:  # the mask: all kept in inference
-        return [x, ops.expand(np.ones((), dtype=bool), x.shape)]
+@converter("Identity")
+def identity(node, x):
+    return x
+
+
+@converter("Dropout")
+def dropout(node, x, ratio=None, training_mode=None):
+    ratio = node.attr("ratio", 0.5) if node.opset < 12 else 0.5 if ratio is None else \
+        scalar(ratio, "ratio", node.where)
+    training = training_mode is not None and scalar(training_mode, "training_mode", node.where)
+    if training and ratio != 0:
+        raise node.fail("training-mode Dropout (training_mode true, ratio > 0) is not supported: its mask is "
+                        "random; import the model for inference")
+    if node.n_outputs > 1:  # the mask: all kept
+        return [x, ops.expand(np.ones((), dtype=bool), shape_of(x))]
     return x
 
 
@@ -84,16 +95,27 @@ def thresholded_relu(node, x):
     return ops.where(call("greater_scalar", x, scalar=alpha), x, np.zeros((), np.dtype(str(x.dtype))))
 
 
-_BINARY = {"Add": "add", "Sub": "subtract", "Mul": "multiply", "Div": "divide", "Pow": "power",
+_BINARY = {"Add": "add", "Sub": "subtract", "Mul": "multiply", "Div": "divide",
            "Equal": "equal", "Greater": "greater", "Less": "less", "GreaterOrEqual": "greater_equal",
            "LessOrEqual": "less_equal", "And": "logical_and", "Or": "logical_or", "Xor": "logical_xor"}
 
 
 @converter(*_BINARY)
 def binary(node, a, b):
-    if node.op_type == "Pow" and is_kiln(a) and str(getattr(b, "dtype", a.dtype)) != str(a.dtype):
-        b = ops.cast(b, str(a.dtype))
     return ops.binary(_BINARY[node.op_type], a, b)
+
+
+@converter("Pow")
+def power(node, a, b):
+    """Pow(T, T1) -> T: the exponent takes the base's dtype; an integer power
+    is computed in float64 and rounded (exact up to 2**53)."""
+    dtype = str(a.dtype) if is_kiln(a) else str(np.asarray(a).dtype)
+    if not is_kiln(a) and not is_kiln(b):
+        return np.power(np.asarray(a), np.asarray(b)).astype(dtype)
+    if dtype in ("float32", "float64"):
+        return ops.binary("power", a, ops.cast(b, dtype))
+    y = ops.binary("power", ops.cast(a, "float64"), ops.cast(b, "float64"))
+    return ops.cast(ops.unary("round", y, np.round), dtype)
 
 
 @converter("Max", "Min", "Sum", "Mean")
@@ -115,7 +137,7 @@ def where(node, cond, a, b):
 @converter("Cast")
 def cast(node, x):
     from onnx import helper
-    dtype = to_kiln_dtype(helper.tensor_dtype_to_np_dtype(node.attr("to")), f"Cast node {node.name!r}")
+    dtype = to_kiln_dtype(helper.tensor_dtype_to_np_dtype(node.attr("to")), node.where)
     return ops.cast(x, dtype)
 
 
@@ -128,8 +150,8 @@ def cast_like(node, x, like):
 def clip(node, x, low=None, high=None):
     if node.opset < 11:
         low, high = node.attr("min"), node.attr("max")
-    low = None if low is None else scalar(low, "min", node.name)
-    high = None if high is None else scalar(high, "max", node.name)
+    low = None if low is None else scalar(low, "min", node.where)
+    high = None if high is None else scalar(high, "max", node.where)
     if not is_kiln(x):
         return np.clip(np.asarray(x), low, high)
     if low is None and high is None:
@@ -147,7 +169,7 @@ def clip(node, x, low=None, high=None):
 def _axes(node, x, axes_input):
     """The axes of a reduction: an attribute before opset 13 (18 for all but
     ReduceSum), an input after; None: every axis (or none, with noop_with_empty_axes)."""
-    axes = node.attr("axes") if axes_input is None else ints(axes_input, "axes", node.name)
+    axes = node.attr("axes") if axes_input is None else ints(axes_input, "axes", node.where)
     if axes is None or len(axes) == 0:
         return () if node.attr("noop_with_empty_axes", 0) else None
     return tuple(int(a) for a in axes)
@@ -157,14 +179,40 @@ _REDUCE = {"ReduceSum": "sum", "ReduceMean": "mean", "ReduceMax": "max", "Reduce
            "ReduceLogSumExp": "logsumexp"}
 
 
+#: what a reduction over no values gives (ONNX's empty-set cases)
+_EMPTY = {"ReduceSum": 0.0, "ReduceMean": np.nan, "ReduceMax": -np.inf, "ReduceMin": np.inf,
+          "ReduceLogSumExp": -np.inf, "ReduceL1": 0.0, "ReduceL2": 0.0, "ReduceSumSquare": 0.0,
+          "ReduceLogSum": -np.inf, "ReduceProd": 1.0}
+
+
+def _empty_reduction(node, x, axes, keep):
+    """The result of reducing ``x`` over ``axes`` that hold no values, known without a kernel."""
+    shape = shape_of(x)
+    axes = range(len(shape)) if axes is None else [a % len(shape) for a in axes]
+    out = [1 if i in axes else d for i, d in enumerate(shape) if keep or i not in axes]
+    dtype = np.dtype(str(x.dtype))
+    fill = _EMPTY[node.op_type]
+    if dtype.kind == "b":
+        fill = fill > 0  # max: any, min: all
+    elif dtype.kind in "iu" and not np.isfinite(fill):
+        fill = np.iinfo(dtype).min if fill < 0 else np.iinfo(dtype).max
+    return np.full(out, fill, dtype=dtype)
+
+
 @converter(*_REDUCE, "ReduceL2", "ReduceL1", "ReduceSumSquare", "ReduceLogSum", "ReduceProd")
 def reduce(node, x, axes_input=None):
     axes, keep = _axes(node, x, axes_input), bool(node.attr("keepdims", 1))
     kind = node.op_type
+    shape = shape_of(x)
+    if axes != () and any(shape[a] == 0 for a in (range(len(shape)) if axes is None else axes)):
+        return _empty_reduction(node, x, axes, keep)
     if kind == "ReduceProd":
         if is_kiln(x):
-            raise node.fail("ReduceProd of data computed by the model is not supported (only of shapes)")
+            raise node.fail("ReduceProd of data computed by the model is not supported (only of shapes): "
+                            "kiln has no product reduction")
         return np.prod(np.asarray(x), axis=axes, keepdims=keep)
+    if kind in ("ReduceMax", "ReduceMin") and str(x.dtype) == "bool":  # any / all
+        return ops.cast(ops.reduce(_REDUCE[kind], ops.cast(x, "int32"), axes, keep), "bool")
     if kind in _REDUCE:
         return ops.reduce(_REDUCE[kind], x, axes, keep)
     if kind == "ReduceL1":
@@ -191,6 +239,7 @@ def arg_extreme(node, x):
 
 @converter("CumSum")
 def cumsum(node, x, axis):
-    axis = int(scalar(axis, "axis", node.name))
+    axis = int(scalar(axis, "axis", node.where))
     exclusive, reverse = bool(node.attr("exclusive", 0)), bool(node.attr("reverse", 0))
-    return call("cumsum", materialize(x, "CumSum"), axis=axis, exclusive=exclusive, reverse=reverse)
+    y = call("cumsum", materialize(x, "CumSum"), axis=axis, exclusive=exclusive, reverse=reverse)
+    return ops.cast(y, str(x.dtype))  # an int32 sum comes back as int64

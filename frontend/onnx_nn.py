@@ -9,7 +9,7 @@ import numpy as np
 from ..te import call
 from . import ops
 from .onnx_table import converter
-from .values import dim, ints, is_kiln, materialize, shape_of
+from .values import dim, ints, is_kiln, known, materialize, shape_of
 
 
 def _spatial_pads(node, in_sizes, kernel, strides, dilations) -> tuple:
@@ -57,31 +57,53 @@ def conv(node, x, w, b=None):
     return ops.conv2d(x, w, b, strides, pads, dilations, int(node.attr("group", 1)))
 
 
+def _transposed_pads(node, full, sizes, strides) -> tuple:
+    """(begins, ends) cropped off a transposed convolution's ``full`` output
+    (negative: zeros added), from ``pads``, ``output_shape`` or ``auto_pad``."""
+    n = len(full)
+    auto, target = node.attr("auto_pad", "NOTSET"), node.attr("output_shape")
+    if auto not in ("NOTSET", "SAME_UPPER", "SAME_LOWER", "VALID"):
+        raise node.refuse("auto_pad", auto, "NOTSET, SAME_UPPER, SAME_LOWER or VALID")
+    if auto == "VALID":
+        return (0,) * n, (0,) * n
+    if target is None and auto != "NOTSET":
+        target = [size * s for size, s in zip(sizes, strides)]
+    if target is None:
+        pads = node.attr("pads") or [0] * (2 * n)
+        return tuple(pads[:n]), tuple(pads[n:])
+    total = [f - int(t) for f, t in zip(full, list(target)[-n:])]
+    if auto == "SAME_UPPER":
+        return tuple(t // 2 for t in total), tuple(t - t // 2 for t in total)
+    return tuple(t - t // 2 for t in total), tuple(t // 2 for t in total)
+
+
 @converter("ConvTranspose")
 def conv_transpose(node, x, w, b=None):
     kernel = tuple(shape_of(w)[2:])
-    if len(kernel) != 2:
-        raise node.fail(f"a {len(kernel)}-D transposed convolution; kiln has 2-D ones")
-    strides = tuple(node.attr("strides") or [1, 1])
-    dilations = tuple(node.attr("dilations") or [1, 1])
-    group = int(node.attr("group", 1))
-    out_pad = tuple(node.attr("output_padding") or [0, 0])
-    pads = tuple(node.attr("pads") or [0, 0, 0, 0])
-    if node.attr("auto_pad", "NOTSET") not in ("NOTSET", b"NOTSET") or node.attr("output_shape"):
-        raise node.fail("auto_pad and output_shape are not supported; give pads")
-    h, w_ = (dim(d) for d in shape_of(x)[2:])
+    n = len(kernel)
+    if n not in (1, 2):
+        raise node.fail(f"a {n}-D transposed convolution; kiln has 1-D and 2-D ones")
+    strides = tuple(node.attr("strides") or [1] * n)
+    dilations = tuple(node.attr("dilations") or [1] * n)
+    out_pad = tuple(node.attr("output_padding") or [0] * n)
+    sizes = [dim(d) for d in shape_of(x)[2:]]
     full = [(size - 1) * s + d * (k - 1) + 1 + op for size, s, d, k, op in
-            zip((h, w_), strides, dilations, kernel, out_pad)]
+            zip(sizes, strides, dilations, kernel, out_pad)]
+    begins, ends = _transposed_pads(node, full, sizes, strides)
+    if n == 1:  # as a 2-D one of height 1
+        x, w = ops.unsqueeze(x, [2]), ops.unsqueeze(w, [2])
+        full, strides, dilations, begins, ends = [1, *full], (1, *strides), (1, *dilations), (0, *begins), (0, *ends)
     # the transposed conv is the data gradient of a conv with no padding; the padding crops its output
-    attrs = {"in_size": tuple(full), "stride": strides, "dilation": dilations}
+    attrs = {"in_size": tuple(full), "stride": tuple(strides), "dilation": tuple(dilations)}
+    group = int(node.attr("group", 1))
     if group != 1:
         attrs["groups"] = group
     y = call("conv2d_backward_data", x, materialize(w, "ConvTranspose"), **attrs)
-    top, left, bottom, right = pads
-    if any(pads):
-        y = ops.slice_(y, [top, left], [full[0] - bottom, full[1] - right], [2, 3], [1, 1])
+    y = ops.pad(y, [(0, 0), (0, 0)] + [(-lo, -hi) for lo, hi in zip(begins, ends)])
+    if n == 1:
+        y = ops.squeeze(y, [2])
     if b is not None:
-        y = ops.binary("add", y, ops.reshape(b, [1, -1, 1, 1]))
+        y = ops.binary("add", y, ops.reshape(b, [1, -1] + [1] * n))
     return y
 
 
@@ -163,15 +185,29 @@ def instance_norm(node, x, scale, bias):
 
 @converter("LayerNormalization")
 def layer_norm(node, x, scale, bias=None):
-    if node.n_outputs > 1:
-        raise node.fail("the Mean and InvStdDev outputs of LayerNormalization are not supported")
     axis = int(node.attr("axis", -1)) % len(x.shape)
+    eps = float(node.attr("epsilon", 1e-5))
     if bias is None:
         bias = np.zeros(shape_of(x)[axis:], dtype=np.dtype(str(x.dtype)))
     scale = ops.expand(scale, shape_of(x)[axis:])
     bias = ops.expand(bias, shape_of(x)[axis:])
+    if node.n_outputs > 1:
+        return _layer_norm_with_stats(x, scale, bias, axis, eps)
     return call("layer_norm", x, materialize(scale, "LayerNormalization"), materialize(bias, "LayerNormalization"),
-                axis=axis, eps=float(node.attr("epsilon", 1e-5)))
+                axis=axis, eps=eps)
+
+
+def _layer_norm_with_stats(x, scale, bias, axis: int, eps: float) -> list:
+    """LayerNormalization's Y, Mean and InvStdDev outputs, op by op (the
+    ``layer_norm`` kernel keeps its statistics to itself)."""
+    axes = tuple(range(axis, len(x.shape)))
+    mean = ops.reduce("mean", x, axes, True)
+    centred = ops.binary("subtract", x, mean)
+    var = ops.reduce("mean", ops.binary("multiply", centred, centred), axes, True)
+    inv_std = ops.unary("reciprocal", ops.unary("sqrt", ops.binary("add", var, np.float32(eps)), np.sqrt),
+                        np.reciprocal)
+    y = ops.binary("add", ops.binary("multiply", ops.binary("multiply", centred, inv_std), scale), bias)
+    return [y, mean, inv_std]
 
 
 @converter("Gemm")
@@ -180,7 +216,8 @@ def gemm(node, a, b, c=None):
     ta, tb = bool(node.attr("transA", 0)), bool(node.attr("transB", 0))
     if ta:
         a = ops.transpose(a)
-    if c is not None and beta == 1.0 and alpha == 1.0 and is_kiln(a) and len(shape_of(c)) == 1:
+    n = shape_of(b)[0 if tb else 1]
+    if c is not None and beta == 1.0 and alpha == 1.0 and is_kiln(a) and shape_of(c) == (n,):
         return call("dense", a, materialize(ops.transpose(b) if tb else b, "Gemm"), materialize(c, "Gemm"))
     y = call("matmul", materialize(a, "Gemm"), materialize(b, "Gemm"), transpose_b=tb)
     if alpha != 1.0:
@@ -222,45 +259,66 @@ def lrn(node, x):
                 beta=float(node.attr("beta", 0.75)), bias=float(node.attr("bias", 1.0)))
 
 
-def _resize(node, x, scales, sizes, mode, transform, nearest):
-    rank = len(x.shape)
-    in_shape = shape_of(x)
-    if sizes is not None and len(ints(sizes, "sizes", node.name)):
-        out = [int(s) for s in ints(sizes, "sizes", node.name)]
-    else:
-        factors = np.asarray(scales, dtype=np.float64).reshape(-1)
-        out = [int(math.floor(d * f)) for d, f in zip(in_shape, factors)]
-    if rank != 4 or tuple(out[:2]) != tuple(in_shape[:2]):
-        raise node.fail(f"resizing {tuple(in_shape)} to {tuple(out)}; kiln resizes the last two dims of NCHW "
-                        "images")
-    mode = mode.decode() if isinstance(mode, bytes) else mode
+_TRANSFORMS = ("half_pixel", "pytorch_half_pixel", "align_corners", "asymmetric")
+
+
+def _resize_shape(node, x, scales, sizes, axes=None) -> list:
+    """A Resize's output shape from ``sizes`` (and ``keep_aspect_ratio_policy``)
+    or ``scales``, given for ``axes`` (None: every axis)."""
+    in_shape = [dim(d) for d in shape_of(x)]
+    rank = len(in_shape)
+    axes = list(range(rank)) if axes is None else [int(a) % rank for a in axes]
+    out = list(in_shape)
+    sizes = [] if sizes is None else ints(sizes, "sizes", node.where)
+    if sizes:
+        policy = node.attr("keep_aspect_ratio_policy", "stretch")
+        if policy not in ("stretch", "not_larger", "not_smaller"):
+            raise node.refuse("keep_aspect_ratio_policy", policy, "stretch, not_larger or not_smaller")
+        ratios = [s / in_shape[a] for a, s in zip(axes, sizes)]
+        scale = min(ratios) if policy == "not_larger" else max(ratios)
+        for a, size in zip(axes, sizes):
+            out[a] = int(size) if policy == "stretch" else int(scale * in_shape[a] + 0.5)
+        return out
+    factors = known(scales, "scales", node.where).astype(np.float64).reshape(-1)
+    for a, factor in zip(axes, factors):
+        out[a] = int(math.floor(in_shape[a] * factor))
+        if out[a] != in_shape[a] * factor:  # resize2d's scale is the ratio of the sizes
+            raise node.fail(f"scale {factor:g} of a dim of {in_shape[a]} gives {out[a]} values, a ratio of "
+                            f"{out[a] / in_shape[a]:g}; kiln interpolates at the ratio of the sizes, so it takes "
+                            "sizes, or scales that give whole sizes")
+    return out
+
+
+def _resize(node, x, shape, mode, transform, nearest):
+    """``resize2d`` of ``x`` to ``shape`` (a function of the input's shape: read once the modes are known)."""
     if mode not in ("nearest", "linear"):
         raise node.refuse("mode", mode, "'nearest' or 'linear'")
     if node.attr("antialias", 0):
         raise node.refuse("antialias", 1, "0")
-    attrs = {"size": tuple(out[2:]), "mode": mode,
-             "coordinate_transformation_mode": transform.decode() if isinstance(transform, bytes) else transform}
+    if transform not in _TRANSFORMS:
+        raise node.refuse("coordinate_transformation_mode", transform, ", ".join(_TRANSFORMS))
+    in_shape, out = shape_of(x), shape()
+    if len(in_shape) != 4 or tuple(out[:2]) != tuple(in_shape[:2]):
+        raise node.fail(f"resizing {tuple(in_shape)} to {tuple(out)}; kiln resizes the last two dims of NCHW "
+                        "images")
+    attrs = {"size": tuple(out[2:]), "mode": mode, "coordinate_transformation_mode": transform}
     if mode == "nearest":
-        attrs["nearest_mode"] = nearest.decode() if isinstance(nearest, bytes) else nearest
+        attrs["nearest_mode"] = nearest
     return call("resize2d", x, **attrs)
 
 
 @converter("Resize")
 def resize(node, x, roi=None, scales=None, sizes=None):
+    mode = node.attr("mode", "nearest")
     if node.opset < 11:  # (X, scales), asymmetric coordinates
-        return _resize(node, x, roi, None, node.attr("mode", "nearest"), "asymmetric", "floor")
-    if node.attr("axes") is not None or node.attr("keep_aspect_ratio_policy", "stretch") not in ("stretch",
-                                                                                               b"stretch"):
-        raise node.fail("the axes and keep_aspect_ratio_policy attributes are not supported")
-    transform = node.attr("coordinate_transformation_mode", "half_pixel")
-    if transform in ("tf_crop_and_resize", b"tf_crop_and_resize"):
-        raise node.refuse("coordinate_transformation_mode", transform,
-                          "half_pixel, pytorch_half_pixel, align_corners or asymmetric")
-    return _resize(node, x, scales, sizes, node.attr("mode", "nearest"), transform,
+        return _resize(node, x, lambda: _resize_shape(node, x, roi, None), mode, "asymmetric", "floor")
+    return _resize(node, x, lambda: _resize_shape(node, x, scales, sizes, node.attr("axes")), mode,
+                   node.attr("coordinate_transformation_mode", "half_pixel"),
                    node.attr("nearest_mode", "round_prefer_floor"))
 
 
 @converter("Upsample")
 def upsample(node, x, scales=None):
     scales = node.attr("scales") if scales is None else scales
-    return _resize(node, x, scales, None, node.attr("mode", "nearest"), "asymmetric", "floor")
+    return _resize(node, x, lambda: _resize_shape(node, x, scales, None), node.attr("mode", "nearest"),
+                   "asymmetric", "floor")

@@ -27,7 +27,7 @@ def constant(node):
 
 @converter("Reshape")
 def reshape(node, x, shape=None):
-    target = node.attr("shape") if shape is None else ints(shape, "shape", node.name)
+    target = node.attr("shape") if shape is None else ints(shape, "shape", node.where)
     return ops.reshape(x, target, allow_zero=bool(node.attr("allowzero", 0)))
 
 
@@ -58,13 +58,13 @@ def size(node, x):
 
 @converter("Squeeze")
 def squeeze(node, x, axes=None):
-    axes = node.attr("axes") if node.opset < 13 else None if axes is None else ints(axes, "axes", node.name)
+    axes = node.attr("axes") if node.opset < 13 else None if axes is None else ints(axes, "axes", node.where)
     return ops.squeeze(x, axes)
 
 
 @converter("Unsqueeze")
 def unsqueeze(node, x, axes=None):
-    axes = node.attr("axes") if node.opset < 13 else ints(axes, "axes", node.name)
+    axes = node.attr("axes") if node.opset < 13 else ints(axes, "axes", node.where)
     return ops.unsqueeze(x, axes)
 
 
@@ -94,9 +94,9 @@ def slice_(node, x, starts=None, ends=None, axes=None, steps=None):
     if node.opset < 10:
         starts, ends, axes = node.attr("starts"), node.attr("ends"), node.attr("axes")
     else:
-        starts, ends = ints(starts, "starts", node.name), ints(ends, "ends", node.name)
-        axes = None if axes is None else ints(axes, "axes", node.name)
-        steps = None if steps is None else ints(steps, "steps", node.name)
+        starts, ends = ints(starts, "starts", node.where), ints(ends, "ends", node.where)
+        axes = None if axes is None else ints(axes, "axes", node.where)
+        steps = None if steps is None else ints(steps, "steps", node.where)
     axes = list(range(len(starts))) if axes is None else axes
     steps = [1] * len(starts) if steps is None else steps
     big = 2**62
@@ -112,7 +112,7 @@ def split(node, x, sizes=None):
     if node.opset < 13:
         sizes = node.attr("split")
     elif sizes is not None:
-        sizes = ints(sizes, "split", node.name)
+        sizes = ints(sizes, "split", node.where)
     if not sizes:
         parts = node.attr("num_outputs", node.n_outputs)
         chunk = -(-length // parts)
@@ -122,7 +122,7 @@ def split(node, x, sizes=None):
 
 @converter("Expand")
 def expand(node, x, shape):
-    return ops.expand(x, ints(shape, "shape", node.name))
+    return ops.expand(x, ints(shape, "shape", node.where))
 
 
 @converter("ConstantOfShape")
@@ -131,7 +131,7 @@ def constant_of_shape(node, shape):
     value = node.attr("value")
     fill = numpy_helper.to_array(value).reshape(-1)[0] if value is not None else np.float32(0)
     fill = tensor_or_static(np.asarray(fill))
-    dims = ints(shape, "shape", node.name)
+    dims = ints(shape, "shape", node.where)
     if all(isinstance(d, int) for d in dims):
         return np.full(dims, fill, dtype=fill.dtype)
     return ops.expand(materialize(fill.reshape(()), "ConstantOfShape"), dims)
@@ -139,17 +139,15 @@ def constant_of_shape(node, shape):
 
 @converter("Range")
 def range_(node, start, limit, delta):
-    start, limit, delta = (scalar(v, name, node.name) for v, name in ((start, "start"), (limit, "limit"),
+    dtype = str(start.dtype) if is_kiln(start) else str(np.asarray(start).dtype).replace("object", "int64")
+    start, limit, delta = (scalar(v, name, node.where) for v, name in ((start, "start"), (limit, "limit"),
                                                                        (delta, "delta")))
-    if not all(isinstance(v, (int, float)) for v in (start, limit, delta)):
-        raise node.fail("a Range over a symbolic length; export with a static batch (dynamic_batch=False)")
-    return np.arange(start, limit, delta).astype(np.asarray(start).dtype if not isinstance(start, float)
-                                                 else np.float32)
+    return ops.arange(start, limit, delta, dtype)
 
 
 @converter("Tile")
 def tile(node, x, repeats):
-    repeats = ints(repeats, "repeats", node.name)
+    repeats = ints(repeats, "repeats", node.where)
     if not is_kiln(x):
         return np.tile(np.asarray(x), repeats)
     shape = shape_of(x)
@@ -171,9 +169,9 @@ def pad(node, x, pads=None, value=None, axes=None):
     if node.opset < 11:
         pads, fill = node.attr("pads"), node.attr("value", 0.0)
     else:
-        pads = ints(pads, "pads", node.name)
-        fill = 0 if value is None or np.asarray(value).size == 0 else scalar(value, "constant_value", node.name)
-    axes = list(range(rank)) if axes is None else [int(a) % rank for a in ints(axes, "axes", node.name)]
+        pads = ints(pads, "pads", node.where)
+        fill = 0 if value is None or np.asarray(value).size == 0 else scalar(value, "constant_value", node.where)
+    axes = list(range(rank)) if axes is None else [int(a) % rank for a in ints(axes, "axes", node.where)]
     width = [(0, 0)] * rank
     for k, axis in enumerate(axes):
         width[axis] = (int(pads[k]), int(pads[k + len(axes)]))
@@ -182,7 +180,7 @@ def pad(node, x, pads=None, value=None, axes=None):
 
 @converter("Trilu")
 def trilu(node, x, k=None):
-    k = 0 if k is None else int(scalar(k, "k", node.name))
+    k = 0 if k is None else int(scalar(k, "k", node.where))
     upper = bool(node.attr("upper", 1))
     rows, cols = (dim(d) for d in shape_of(x)[-2:])
     if not isinstance(rows, int) or not isinstance(cols, int):
@@ -197,11 +195,13 @@ def trilu(node, x, k=None):
 def depth_space(node, x):
     n, c, h, w = shape_of(x)
     b = int(node.attr("blocksize"))
+    mode = node.attr("mode", "DCR")
+    if mode not in ("DCR", "CRD"):
+        raise node.refuse("mode", mode, "'DCR' or 'CRD'")
     if node.op_type == "SpaceToDepth":
         y = ops.reshape(x, [n, c, h // b, b, w // b, b])
-        return ops.reshape(ops.transpose(y, [0, 3, 5, 1, 2, 4]), [n, c * b * b, h // b, w // b])
-    mode = node.attr("mode", "DCR")
-    mode = mode.decode() if isinstance(mode, bytes) else mode
+        perm = [0, 3, 5, 1, 2, 4] if mode == "DCR" else [0, 1, 3, 5, 2, 4]
+        return ops.reshape(ops.transpose(y, perm), [n, c * b * b, h // b, w // b])
     if mode == "DCR":
         y = ops.transpose(ops.reshape(x, [n, b, b, c // (b * b), h, w]), [0, 3, 4, 1, 5, 2])
     else:

@@ -32,9 +32,13 @@ class Node:
     def attr(self, key: str, default=None):
         return self.attrs.get(key, default)
 
+    @property
+    def where(self) -> str:
+        """The node as an error names it."""
+        return f"{self.op_type} node {self.name!r}"
+
     def fail(self, problem: str) -> FrontendError:
-        return FrontendError(problem, where=f"{self.op_type} node {self.name!r}")
+        return FrontendError(problem, where=self.where)
 
     def refuse(self, key: str, value, expected: str) -> FrontendError:
-        return FrontendError(f"attribute {key}={value!r} is not supported (expected {expected})",
-                             where=f"{self.op_type} node {self.name!r}")
+        return FrontendError(f"attribute {key}={value!r} is not supported (expected {expected})", where=self.where)

@@ -77,6 +77,11 @@ def _scalar_of(value, like):
     return float(item) if kind == "f" else int(item) if array.dtype.kind in "iu" else None
 
 
+def _integral(value) -> bool:
+    dtype = kiln_dtype(value) if is_kiln(value) else np.asarray(value).dtype
+    return np.dtype(dtype).kind in "iu"
+
+
 def binary(name: str, a, b):
     """The broadcasting binary op ``name`` (a key of ``_BINARY``)."""
     fn, scalar_op, rscalar_op = _BINARY[name]
@@ -86,17 +91,16 @@ def binary(name: str, a, b):
         if name in _COMPARISONS:
             return _static_compare(fn, a, b)
         return fn(np.asarray(a), np.asarray(b))
+    if name == "divide" and _integral(a) and _integral(b):  # C (ONNX, torch.div trunc): toward zero
+        dtype = kiln_dtype(a if is_kiln(a) else b)
+        q = call("divide", materialize(a, name), materialize(b, name))  # float64 for integers
+        return call("cast", call("where", call("rgreater_scalar", q, scalar=0.0), call("ceil", q), call("floor", q)),
+                    dtype=dtype)
     if is_kiln(a) and scalar_op is not None and (s := _scalar_of(b, a)) is not None:
         return call(scalar_op, a, scalar=s)
     if is_kiln(b) and rscalar_op is not None and (s := _scalar_of(a, b)) is not None:
         return call(rscalar_op, b, scalar=s)
     a, b = materialize(a, name), materialize(b, name)
-    if name == "divide" and all(np.dtype(kiln_dtype(v)).kind in "iu" for v in (a, b) if is_kiln(v)) \
-            and all(np.asarray(v).dtype.kind in "iu" for v in (a, b) if not is_kiln(v)):
-        dtype = kiln_dtype(a if is_kiln(a) else b)
-        q = call("divide", a, b)
-        return call("cast", call("where", call("rgreater_scalar", q, scalar=0.0),  # q < 0: toward zero
-                                 call("ceil", q), call("floor", q)), dtype=dtype)
     if name == "less":
         return call("greater", b, a)
     if name == "less_equal":
@@ -209,8 +213,10 @@ def unsqueeze(x, axes):
 
 
 def flatten(x, axis: int):
+    """``x`` as a matrix: the dims before ``axis`` (negative: counted from the
+    last dim, as ONNX Flatten's) make its rows."""
     shape = shape_of(x)
-    axis = axis % (len(shape) + 1) if shape else 0
+    axis = axis + len(shape) if axis < 0 else axis
     head, tail = 1, 1
     for d in shape[:axis]:
         head = head * d

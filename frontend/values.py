@@ -77,21 +77,31 @@ def static_array(dims) -> np.ndarray:
     return out
 
 
+def known(value, what: str, node: str) -> np.ndarray:
+    """The numbers of a value a converter needs before its kernel runs (axes,
+    pads, a shape, a bound): a static value as it is, a tensor's values when
+    the model runs eagerly (read then, as ONNX Runtime reads such an input);
+    a traced one (an export, ``kiln.compile``) is refused, naming ``what``
+    and the ``node``."""
+    if not is_kiln(value):
+        return np.asarray(value)
+    from ..nn.tensor import Tensor
+    if isinstance(value, Tensor):
+        return value.numpy()
+    raise FrontendError(f"{what} is computed from the data, expected a value known before the model runs "
+                        "(a constant or shape arithmetic) to export or compile it", where=node)
+
+
 def ints(value, what: str, node: str) -> list:
     """A static value as a list of dims (ints or symbolic sizes); ``what`` and
     ``node`` name it in the error when it is a tensor only known at run time."""
-    if is_kiln(value):
-        raise FrontendError(f"{what} is computed from the data, expected a value known before the model runs "
-                            "(a constant or shape arithmetic)", where=node)
-    array = np.asarray(value)
+    array = known(value, what, node)
     return [dim(d) for d in array.reshape(-1)]
 
 
 def scalar(value, what: str, node: str):
     """A static value holding one number, as a Python int or float."""
-    if is_kiln(value):
-        raise FrontendError(f"{what} is computed from the data, expected a constant", where=node)
-    array = np.asarray(value).reshape(-1)
+    array = known(value, what, node).reshape(-1)
     if array.size != 1:
         raise FrontendError(f"{what} has {array.size} values, expected one", where=node)
     item = array[0]
