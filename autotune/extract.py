@@ -51,8 +51,9 @@ def extract(model, example, training: bool = False, target=None, optimizer=None,
     Parameters
     ----------
     model : kiln.nn.Module (or any callable made of kiln ops)
-    example : array-like
-        An input batch; its batch size is the one tuned.
+    example : array-like, or dict of them by input name
+        An input batch (a dict for a model of several inputs, inference
+        only); its batch size is the one tuned.
     training : bool
         Extract one training step's kernels instead of an inference's.
     optimizer, loss_fn, labels : optional
@@ -66,10 +67,15 @@ def extract(model, example, training: bool = False, target=None, optimizer=None,
     list of ModelTask
         The tasks, the most called first (then in graph order).
     """
-    example = np.asarray(example.numpy() if hasattr(example, "numpy") else example)
-    if example.ndim == 0 or example.shape[0] < 1:
-        raise ShapeError(f"got an example of shape {example.shape}, expected a batch of at least one",
-                         where="extract", arg="example")
+    if isinstance(example, dict) and not training:  # several inputs by name (an imported model's)
+        batch = {np.asarray(v).shape[0] if np.ndim(v) else 0 for v in example.values()}
+    else:
+        example = np.asarray(example.numpy() if hasattr(example, "numpy") else example)
+        batch = {example.shape[0] if example.ndim else 0}
+    if len(batch) != 1 or min(batch) < 1:
+        raise ShapeError("expected a batch of at least one (one batch size for every input)", where="extract",
+                         arg="example")
+    batch = batch.pop()
     target = as_target(target)
     if training:
         graph = _training_graph(model, example, target, optimizer, loss_fn, labels)
@@ -77,8 +83,8 @@ def extract(model, example, training: bool = False, target=None, optimizer=None,
     else:
         from ..graph.export import inference_graph
 
-        graph = inference_graph(model, example, target).specialized(int(example.shape[0]))
-        configure = entry_configure(int(example.shape[0]))
+        graph = inference_graph(model, example, target).specialized(batch)
+        configure = entry_configure(batch)
     found: dict[str, tuple] = {}
     for node in kernel_nodes(graph):
         workload = node_workload(node)

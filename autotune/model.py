@@ -16,6 +16,8 @@ from pathlib import Path
 
 import numpy as np
 
+from ..errors import AttrError
+
 from .extract import extract
 from .scheduler import Schedule, TaskScheduler
 
@@ -46,7 +48,12 @@ def model_times(model, example, training: bool = False, repeat: int = 11, number
     for milliseconds at a time, rounds of a few calls (a small model's call
     takes tens of µs) fall in different phases, and the same kernels read
     1.1x apart."""
-    example = np.asarray(example.numpy() if hasattr(example, "numpy") else example)
+    if isinstance(example, dict):  # several inputs by name (an imported model's)
+        if training:
+            raise AttrError("training times take one input batch (and class labels); got inputs by name",
+                            where="model_times", arg="example")
+    else:
+        example = np.asarray(example.numpy() if hasattr(example, "numpy") else example)
     calls, restore = (_training_calls if training else _inference_calls)(model, example, target)
     times = {name: [] for name in calls}
     try:
@@ -81,6 +88,8 @@ def _inference_calls(model, example, target) -> tuple:
         with untuned():
             plain = Predictor(export(model, example, Path(folder) / "untuned.so", batches=(), target=target))
         tuned = Predictor(export(model, example, Path(folder) / "tuned.so", target=target))
+    if isinstance(example, dict):
+        return {"untuned": lambda: plain(**example), "tuned": lambda: tuned(**example)}, lambda: None
     return {"untuned": lambda: plain(example), "tuned": lambda: tuned(example)}, lambda: None
 
 

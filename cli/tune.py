@@ -34,10 +34,13 @@ def register(subparsers) -> None:
     add_op_arguments(parser, required=False, records=False)
     parser.add_argument("--trials", type=positive_int,
                         help="measurements to make (default 64 for an op; for --model, in all, resumed ones included)")
-    parser.add_argument("--model", metavar="NAME|MODEL.npz",
+    parser.add_argument("--model", metavar="NAME|MODEL.npz|MODEL.onnx",
                         help="tune every kernel of a model: a zoo model (mlp, mlp-residual, cnn, resnet, for digits "
-                             "images) or a checkpoint from kiln train --save; kiln export and kiln train use the "
-                             "records")
+                             "images), a checkpoint from kiln train --save or an .onnx model; kiln export and kiln "
+                             "train use the records")
+    parser.add_argument("--input-shape", action="append", default=[], metavar="NAME=DIMS",
+                        help="with --model MODEL.onnx: an input's shape where the file leaves dims symbolic besides "
+                             "the batch (repeated per input)")
     parser.add_argument("--budget", type=duration, metavar="TIME",
                         help="with --model: time to spend, e.g. 600, 90s, 10m, 1.5h (and/or --trials)")
     parser.add_argument("--batch-size", type=positive_int, default=16,

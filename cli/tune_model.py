@@ -40,23 +40,36 @@ def duration(text: str) -> float:
     return value
 
 
-def load_model(name: str):
-    """``(model, input shape without the batch)`` of a zoo name or a checkpoint path."""
+def load_model(name: str, batch: int, input_shapes=(), training: bool = False):
+    """``(model, example batch)`` of a zoo name, a checkpoint path or an
+    ``.onnx`` file (its example: zero inputs by name, ``input_shapes``
+    fixing the dims the file leaves symbolic)."""
+    import numpy as np
+
     from ..nn.train import MODELS, build_model
 
     if name in MODELS:
-        return build_model(name, ZOO_SHAPE, classes=10), ZOO_SHAPE
+        return build_model(name, ZOO_SHAPE, classes=10), np.zeros((batch, *ZOO_SHAPE), "float32")
+    if name.lower().endswith(".onnx"):
+        if training:
+            raise AttrError("--training tunes a classifier's training step (zoo models, checkpoints); an .onnx "
+                            "model is tuned for inference", arg="--training")
+        from ..frontend import from_onnx
+        from .export import example_inputs, parse_input_shapes
+
+        model = from_onnx(name, parse_input_shapes(list(input_shapes)))
+        example, _ = example_inputs(model, where="kiln tune")
+        return model, {k: np.repeat(v, batch, axis=0) for k, v in example.items()}
     if not name.endswith(".npz"):
-        raise AttrError(f"got {name!r}, expected a zoo model ({', '.join(MODELS)}) or a checkpoint MODEL.npz "
-                        "written by kiln train --save", arg="--model")
+        raise AttrError(f"got {name!r}, expected a zoo model ({', '.join(MODELS)}), a checkpoint MODEL.npz "
+                        "written by kiln train --save or an .onnx model", arg="--model")
     from ..nn.checkpoint import load_checkpoint
 
     model, spec = load_checkpoint(name)
-    return model, tuple(spec["in_shape"])
+    return model, np.zeros((batch, *spec["in_shape"]), "float32")
 
 
 def run(args) -> int:
-    import numpy as np
 
     from ..autotune import LocalRunner, apply_records
     from ..autotune.model import model_times, tune_model
@@ -74,8 +87,7 @@ def run(args) -> int:
     if as_target(args.target).kind != "cpu":
         raise AttrError(f"got --target {args.target} with --model, expected cpu: the model is measured as it is "
                         "exported and trained, on the CPU (CUDA kernels are tuned one op at a time)", arg="--target")
-    model, shape = load_model(args.model)
-    example = np.zeros((args.batch_size, *shape), "float32")
+    model, example = load_model(args.model, args.batch_size, args.input_shape, args.training)
     runner = LocalRunner(timeout=args.timeout)
 
     def progress(plan) -> None:

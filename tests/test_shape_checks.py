@@ -116,7 +116,8 @@ def test_every_op_of_several_inputs_promotes():
     for name in list_ops():
         op = get_op(name)
         if op.arity is not None and op.arity < 2 or name in (
-                "masked_select", "masked_scatter", "softmax_cross_entropy", "where"):  # mask or labels: not promoted
+                "masked_select", "masked_scatter", "softmax_cross_entropy", "where", "take", "take_grad", "gather_elements",
+                "gather_elements_grad"):  # mask or labels: not promoted
             continue
         case = FIRST[name]
         dtypes = ["float64"] + ["float32"] * (len(case.shapes) - 1)
@@ -196,3 +197,24 @@ def test_the_reported_past_int32_shapes(op, shapes):
         kiln.build(op, shapes)
     except ShapeError as exc:
         assert "2**31 - 1 elements" in str(exc) and "Check failed" not in str(exc)
+
+
+@pytest.mark.parametrize("op, shapes, attrs, what", [
+    ("conv2d", [(1, 6, 8, 8), (4, 2, 3, 3)], {"groups": 4}, "6 input channels"),
+    ("conv2d", [(1, 8, 8, 8), (6, 2, 3, 3)], {"groups": 4}, "6 output channels"),
+    ("conv2d", [(1, 8, 8, 6), (3, 3, 2, 4)], {"groups": 4, "layout": "NHWC"}, "6 input channels"),
+    ("conv2d_backward_data", [(1, 6, 8, 8), (6, 1, 3, 3)], {"groups": 4, "in_size": 8, "padding": 1},
+     "6 output channels"),
+    ("conv2d_backward_weight", [(1, 6, 8, 8), (1, 8, 8, 8)], {"groups": 4, "kernel": 3, "padding": 1},
+     "6 input channels"),
+])
+def test_groups_must_divide_the_channels(op, shapes, attrs, what):
+    """A channel count the groups do not divide is a ShapeError naming the op
+    and ``groups``, before TVM is called; a weight whose input channels are not
+    C / groups names the weight."""
+    with pytest.raises(ShapeError, match=what) as info:
+        get_op(op).check(shapes, "float32", attrs)
+    assert info.value.op == op and info.value.arg == "groups"
+    with pytest.raises(ShapeError, match="per group") as info:
+        get_op("conv2d").check([(1, 8, 8, 8), (8, 4, 3, 3)], "float32", {"groups": 4})
+    assert info.value.arg == "w"
