@@ -17,6 +17,8 @@ from ..te import attrs as A
 from ..te import call
 from ..te.value import ValueOps, pick_alias
 from . import init, record
+from .activations import (clamp, elu, erf, gelu, hardsigmoid, hardswish, hardtanh, leaky_relu,  # noqa: F401
+                          relu6, silu, softplus)
 from .data import check_labels
 from .tensor import Tensor
 
@@ -147,6 +149,27 @@ cat = concatenate
 def chunk(x, chunks: int, axis: int = 0, *, dim: int | None = None) -> list:
     """``chunks`` equal parts along ``axis`` (PyTorch's ``chunk``, numpy's ``split`` with an int)."""
     return call("split", x, sections=chunks, axis=_axis("chunk", axis, dim))
+
+
+def where(condition, a, b):
+    """``a`` where ``condition`` (bool) holds, else ``b``, broadcasting."""
+    return call("where", condition, a, b)
+
+
+def layer_norm(x, normalized_shape, weight=None, bias=None, eps: float = 1e-5):
+    """Normalize over the last ``len(normalized_shape)`` dims (one kernel,
+    with its gradient); ``weight``/``bias`` default to ones and zeros."""
+    dims = (normalized_shape,) if isinstance(normalized_shape, int) else tuple(normalized_shape)
+    dtype = str(x.dtype)
+    weight = Tensor(np.ones(dims, dtype)) if weight is None else weight
+    bias = Tensor(np.zeros(dims, dtype)) if bias is None else bias
+    return call("layer_norm", x, weight, bias, axis=len(x.shape) - len(dims), eps=float(eps))
+
+
+def embedding(indices, weight):
+    """Rows of ``weight`` (num_embeddings, dim) at ``indices`` (int): the
+    lookup's gradient adds into the rows it read."""
+    return call("take", weight, indices, axis=0)
 
 
 def one_hot(labels, num_classes: int, dtype: str = "float32"):
