@@ -25,6 +25,11 @@ convolution of the output gradient with the kernel flipped and its channels
 swapped, padding ``k - 1 - p``: ``winograd`` applies to it as to a
 ``conv2d`` whose weight changes every call, the flip done by the transform.
 
+A grouped or depthwise convolution (``groups`` > 1), forward or data
+gradient, runs directly: neither the Winograd kernel nor the packed one
+reads groups (the direct kernel's grouped template,
+``schedules/cpu/conv2d_grouped.py``, schedules it).
+
 Rounding of a Winograd convolution differs from the direct kernel's
 (``te/winograd.py``: about 1e-6 of the output's magnitude for F(2x2), 1e-5
 for F(4x4)). The measurements behind every threshold here:
@@ -79,6 +84,11 @@ def winograd_tile(workload) -> int:
     return step if _products(oh, ow, step) * i * np.dtype(workload.dtypes[0]).itemsize <= WINOGRAD_TILE_BYTES else 0
 
 
+def _grouped(workload) -> bool:
+    """Whether the convolution has more than one channel group (runs directly)."""
+    return workload.attrs.get("groups", 1) > 1
+
+
 def _every_call(conv, target, flip: bool) -> Winograd | None:
     """The Winograd implementation of the NCHW ``conv2d`` workload ``conv``
     whose weight is transformed in every call (``flip``: a data gradient's,
@@ -100,7 +110,7 @@ def _every_call(conv, target, flip: bool) -> Winograd | None:
 
 @register("conv2d", "winograd", priority=20)
 def _conv2d_winograd(workload, target, constant_weight: bool) -> Winograd | None:
-    if target.kind != "cpu" or workload.attrs["layout"] != "NCHW":
+    if target.kind != "cpu" or workload.attrs["layout"] != "NCHW" or _grouped(workload):
         return None
     if not constant_weight:
         return _every_call(workload, target, flip=False)
@@ -114,9 +124,9 @@ def _conv2d_winograd(workload, target, constant_weight: bool) -> Winograd | None
 
 @register("conv2d", "packed", priority=10)
 def _conv2d_packed(workload, target, constant_weight: bool) -> Packed | None:
-    if target.kind != "cpu" or not constant_weight or workload.attrs["layout"] != "NCHW":
+    if target.kind != "cpu" or not constant_weight or workload.attrs["layout"] != "NCHW" or _grouped(workload):
         return None
-    attrs = {k: v for k, v in workload.attrs.items() if k != "layout"}
+    attrs = {k: v for k, v in workload.attrs.items() if k not in ("layout", "groups")}
     return Packed("conv2d_packed", {**attrs, "out_channels": static(workload.shapes[1][0])},
                   "pack_conv2d_weight", {"oc": packed_channels(workload, target)})
 
@@ -124,7 +134,7 @@ def _conv2d_packed(workload, target, constant_weight: bool) -> Packed | None:
 @register("conv2d_backward_data", "winograd", priority=20)
 def _data_gradient_winograd(workload, target, constant_weight: bool) -> Winograd | None:  # noqa: ARG001
     a = workload.attrs
-    if target.kind != "cpu" or tuple(a["stride"]) != (1, 1) or tuple(a["dilation"]) != (1, 1):
+    if target.kind != "cpu" or tuple(a["stride"]) != (1, 1) or tuple(a["dilation"]) != (1, 1) or _grouped(workload):
         return None
     (gy, w) = (tuple(static(d) for d in s) for s in workload.shapes)
     o, c, kh, kw = w

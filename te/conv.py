@@ -10,6 +10,15 @@ same for W). Padding is symmetric and zero. There is no bias: the ``nn`` layer
 adds it. The padded input is an intermediate injective block (``conv2d_pad``),
 which the schedules inline into the reduction.
 
+``groups=G`` splits the channels into G groups: output channel ``o`` reads
+only the ``C / G`` input channels of its group ``o // (O / G)``, and the
+weight holds ``C / G`` input channels, (O, C / G, KH, KW) or (KH, KW, C / G,
+O); C and O must be multiples of G. ``groups = C`` is a depthwise
+convolution (O / C outputs per input channel, the channel multiplier). Its
+gradients are the grouped ``conv2d_backward_data`` and
+``conv2d_backward_weight`` (``te/conv_grad.py``) with the same G; its CPU
+template is ``schedules/cpu/conv2d_grouped.py``.
+
 The ops for a constant weight packed once (``pack_conv2d_weight``,
 ``conv2d_packed``) are in ``conv_packed.py``.
 """
@@ -34,6 +43,8 @@ STRIDE = A.Attr(A.int_tuple(2, minimum=1), default=(1, 1), doc="step of the wind
 PADDING = A.Attr(A.int_tuple(2, minimum=0), default=(0, 0), doc="zeros added on both sides of H, W")
 DILATION = A.Attr(A.int_tuple(2, minimum=1), default=(1, 1), doc="spacing of the kernel taps")
 OUT_BLOCK = A.Attr(A.positive_int, doc="output channels per block")
+GROUPS = A.Attr(A.positive_int, default=1, doc="channel groups, each of O / groups outputs reading its C / groups "
+                "inputs (groups = C: depthwise)")
 
 
 def spatial_axes(layout: str) -> tuple[int, int]:
@@ -58,6 +69,29 @@ def check_rank4(op: str, shape, arg: str, layout: str) -> None:
     for d in shape[1:]:
         if is_static(d) and static(d) < 1:
             raise ShapeError(f"got {shape_str(shape)}, expected non-batch dims >= 1", op=op, arg=arg)
+
+
+def check_groups(op: str, groups: int, channels, outputs) -> None:
+    """``groups`` must divide the input ``channels`` and the ``outputs``
+    (static wherever there is more than one group)."""
+    if groups == 1:
+        return
+    for dim, what in ((channels, "input"), (outputs, "output")):
+        if not is_static(dim):
+            raise ShapeError(f"got {groups} groups of a symbolic number of {what} channels, expected static "
+                             "channels", op=op, arg="groups")
+        if static(dim) % groups:
+            raise ShapeError(f"got {groups} groups for {static(dim)} {what} channels, expected a divisor of the "
+                             f"{what} channels", op=op, arg="groups")
+
+
+def group_start(outputs, per_group: int, groups: int):
+    """``first(o)``: the first of the ``per_group`` channels output channel
+    ``o`` (of ``outputs``) reads in its group; None for one group."""
+    if groups == 1:
+        return None
+    step = static(outputs) // groups
+    return lambda o: o // step * per_group
 
 
 def window_out(op: str, dim, kernel: int, stride: int, pad: int, dilation: int = 1):
@@ -120,32 +154,35 @@ class Conv2d(Op):
     dtypes = FLOATS
     attrs = {
         "layout": LAYOUT,
-        "stride": STRIDE, "padding": PADDING, "dilation": DILATION,
+        "stride": STRIDE, "padding": PADDING, "dilation": DILATION, "groups": GROUPS,
     }
 
-    def infer_shape(self, x, w, layout, stride, padding, dilation):
+    def infer_shape(self, x, w, layout, stride, padding, dilation, groups=1):
         check_rank4(self.name, x, "x", layout)
         check_rank4(self.name, w, "w", "OIHW" if layout == "NCHW" else "HWIO")
-        return _out_shape(self.name, x, w, _kernel_dims(w, layout), layout, stride, padding, dilation)
+        return _out_shape(self.name, x, w, _kernel_dims(w, layout), layout, stride, padding, dilation, groups)
 
     def infer_dtype(self, x, w, **attrs):
         return promote(self.name, x, w)
 
-    def compute(self, x, w, layout, stride, padding, dilation):
-        out = self.infer_shape(tuple(x.shape), tuple(w.shape), layout, stride, padding, dilation)
+    def compute(self, x, w, layout, stride, padding, dilation, groups=1):
+        out = self.infer_shape(tuple(x.shape), tuple(w.shape), layout, stride, padding, dilation, groups)
         dt = promote(self.name, dtype_of(x), dtype_of(w))
         tap = (lambda o, c, y, z: w[o, c, y, z]) if layout == "NCHW" else (lambda o, c, y, z: w[y, z, c, o])
         xp = pad_spatial(x, layout, padding, tirx.const(0, dtype_of(x)), "conv2d_pad")
-        keep = _inside(tuple(x.shape), padding) if skips_padding(layout, tuple(x.shape), out, padding) else None
-        return _direct(self, lambda n, c, y, z: xp(*join_nchw(layout, n, c, y, z)), tap,
-                       _kernel_dims(tuple(w.shape), layout)[1:], out, dt, lambda idx: split_nchw(idx, layout), stride,
-                       dilation, keep)
+        # a grouped conv's template copies the padding per task: a test per product would only cost there
+        skip = groups == 1 and skips_padding(layout, tuple(x.shape), out, padding)
+        keep = _inside(tuple(x.shape), padding) if skip else None
+        kernel = _kernel_dims(tuple(w.shape), layout)
+        return _direct(self, lambda n, c, y, z: xp(*join_nchw(layout, n, c, y, z)), tap, kernel[1:], out, dt,
+                       lambda idx: split_nchw(idx, layout), stride, dilation, keep,
+                       group_start(kernel[0], static(kernel[1]), groups))
 
-    def reference(self, x, w, layout, stride, padding, dilation):
+    def reference(self, x, w, layout, stride, padding, dilation, groups=1):
         if layout == "NHWC":
             return _conv_nchw(x.transpose(0, 3, 1, 2), w.transpose(3, 2, 0, 1), stride, padding,
-                              dilation).transpose(0, 2, 3, 1)
-        return _conv_nchw(x, w, stride, padding, dilation)
+                              dilation, groups).transpose(0, 2, 3, 1)
+        return _conv_nchw(x, w, stride, padding, dilation, groups)
 
     def flops(self, shapes, **attrs):
         x, w = shapes
@@ -154,32 +191,44 @@ class Conv2d(Op):
     def gradient(self, g, node):
         x, w = node.inputs
         attrs = node.attrs
+        window = {k: attrs[k] for k in ("stride", "padding", "dilation")}
+        groups = attrs.get("groups", 1)
+        nchw = attrs["layout"] == "NCHW"
         if not wants_grad(w):
             gw = None
-        elif attrs["layout"] == "NCHW":  # the weight gradient's own op and template (te/conv_grad.py)
-            gw = backward_weight(x, g, kernel=tuple(w.shape[2:]), stride=attrs["stride"], padding=attrs["padding"],
-                                 dilation=attrs["dilation"])
-        else:
-            gw = _grad_w(g, x, w, **attrs)
+        elif nchw:  # the weight gradient's own op and template (te/conv_grad.py)
+            gw = backward_weight(x, g, kernel=tuple(w.shape[2:]), groups=groups, **window)
+        elif groups == 1:
+            gw = _grad_w(g, x, w, "NHWC", **window)
+        else:  # the NCHW op on transposed values (HWIO is OIHW transposed)
+            gw = backward_weight(x.permute(0, 3, 1, 2), g.permute(0, 3, 1, 2), kernel=tuple(w.shape[:2]),
+                                 groups=groups, **window).permute(2, 3, 1, 0)
         if not wants_grad(x):
             gx = None
-        elif attrs["layout"] == "NCHW":  # the transposed convolution as an op (te/conv_grad.py)
-            gx = backward_data(g, w, in_size=tuple(x.shape[2:]), stride=attrs["stride"], padding=attrs["padding"],
-                               dilation=attrs["dilation"])
+        elif nchw:  # the transposed convolution as an op (te/conv_grad.py)
+            gx = backward_data(g, w, in_size=tuple(x.shape[2:]), groups=groups, **window)
+        elif groups == 1:
+            gx = _grad_x(g, x, w, "NHWC", **window)
         else:
-            gx = _grad_x(g, x, w, **attrs)
+            gx = backward_data(g.permute(0, 3, 1, 2), w.permute(3, 2, 0, 1), in_size=tuple(x.shape[1:3]),
+                               groups=groups, **window).permute(0, 2, 3, 1)
         return (as_dtype(gx, x.dtype) if gx is not None else None,
                 as_dtype(gw, w.dtype) if gw is not None else None)
 
 
-def _out_shape(op: str, x, w, kernel: tuple, layout: str, stride, padding, dilation) -> tuple:
+def _out_shape(op: str, x, w, kernel: tuple, layout: str, stride, padding, dilation, groups: int = 1) -> tuple:
     """The output shape of a convolution of ``x`` with weight ``w`` whose
-    ``kernel = (O, I, KH, KW)``; checks the kernel size is static and the channels agree."""
+    ``kernel = (O, I, KH, KW)`` (I per group); checks the kernel size is
+    static and the channels and groups agree."""
     n, c, h, wd = split_nchw(x, layout)
     o, i, kh, kw = kernel
     if not (is_static(kh) and is_static(kw)):
         raise ShapeError(f"got w {shape_str(w)}, expected a static kernel size", op=op, arg="w")
-    if not same_dim(c, i):
+    check_groups(op, groups, c, o)
+    if groups > 1 and not (is_static(i) and static(c) == static(i) * groups):
+        raise ShapeError(f"got x {shape_str(x)} with {static(c)} channels but w {shape_str(w)} expects {static(i)} "
+                         f"per group x {groups} groups ({layout})", op=op, arg="w")
+    if groups == 1 and not same_dim(c, i):
         raise ShapeError(f"got x {shape_str(x)} with {static(c)} channels but w {shape_str(w)} expects "
                          f"{static(i)} ({layout})", op=op, arg="w")
     oh = window_out(op, h, static(kh), stride[0], padding[0], dilation[0])
@@ -210,14 +259,17 @@ def _inside(x_shape, padding):
     return lambda y, x: tirx.all(y >= ph, y < h + ph, x >= pw, x < w + pw)
 
 
-def _direct(op: Op, read, tap, kernel: tuple, out: tuple, dt: str, split, stride, dilation, keep=None):
+def _direct(op: Op, read, tap, kernel: tuple, out: tuple, dt: str, split, stride, dilation, keep=None, first=None):
     """The direct convolution producing ``out``: the one TE body behind
     ``conv2d`` and ``conv2d_packed``, which differ only in where a value
     lives. ``read(n, c, y, x)`` is the zero-padded input (``conv2d_pad``),
     ``tap(o, c, ky, kx)`` the weight over ``kernel = (I, KH, KW)``, and
     ``split(index)`` an output index as ``(n, o, y, x)``, ``o`` whatever
     ``tap`` takes. ``keep(y, x)``, when given, says which input positions
-    the sum takes: a product elsewhere is left out, not multiplied by zero."""
+    the sum takes: a product elsewhere is left out, not multiplied by zero.
+    ``first(o)``, for a grouped convolution, is the first input channel of
+    ``o``'s group: ``read`` then takes channel ``first(o) + c`` (``tap``
+    still ``c``, the channel within the group)."""
     ci, kh, kw = kernel
     rc, ry, rx = te.reduce_axis((0, ci), "rc"), te.reduce_axis((0, kh), "ry"), te.reduce_axis((0, kw), "rx")
     (sh, sw), (dh, dw) = stride, dilation
@@ -225,7 +277,8 @@ def _direct(op: Op, read, tap, kernel: tuple, out: tuple, dt: str, split, stride
     def body(*idx):
         n, o, i, j = split(idx)
         y, x = i * sh + ry * dh, j * sw + rx * dw
-        product = read(n, rc, y, x).astype(dt) * tap(o, rc, ry, rx).astype(dt)
+        c = rc if first is None else first(o) + rc
+        product = read(n, c, y, x).astype(dt) * tap(o, rc, ry, rx).astype(dt)
         if keep is not None:
             product = tirx.if_then_else(keep(y, x), product, tirx.const(0, dt))
         return te.sum(product, axis=[rc, ry, rx])
@@ -239,13 +292,18 @@ def _flops(out: tuple, kernel: tuple) -> float:
     return float(total) if isinstance(total, int) else 0.0
 
 
-def _conv_nchw(x, w, stride, padding, dilation):
+def _conv_nchw(x, w, stride, padding, dilation, groups: int = 1):
     (ph, pw), (sh, sw), (dh, dw) = padding, stride, dilation
     xp = np.pad(x, ((0, 0), (0, 0), (ph, ph), (pw, pw)))
     kh, kw = w.shape[2:]
     span = (dh * (kh - 1) + 1, dw * (kw - 1) + 1)
     win = np.lib.stride_tricks.sliding_window_view(xp, span, axis=(2, 3))[:, :, ::sh, ::sw, ::dh, ::dw]
-    return np.einsum("nchwyx,ocyx->nohw", win, w).astype(np.result_type(x, w))
+    if groups == 1:
+        return np.einsum("nchwyx,ocyx->nohw", win, w).astype(np.result_type(x, w))
+    n, c, oh, ow = win.shape[:4]
+    win = win.reshape(n, groups, c // groups, oh, ow, kh, kw)
+    out = np.einsum("ngchwyx,gocyx->ngohw", win, w.reshape(groups, -1, *w.shape[1:]))
+    return out.reshape(n, -1, oh, ow).astype(np.result_type(x, w))
 
 
 def _dilate(g, axes: tuple, stride: tuple):

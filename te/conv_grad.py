@@ -49,6 +49,16 @@ contiguous in both, then transposes the result to OIHW; the CPU template
 (``schedules/cpu/conv2d_grad.py``) register-tiles output channels x
 (C, KH, KW), runs the (C, KH, KW) blocks in parallel and, where it can,
 folds the transpose into the tiles' write-back.
+
+Both take ``groups`` as ``conv2d`` does: ``w`` and ``dw`` are (O, C / groups,
+KH, KW), and output channel ``o`` meets only the input channels of its group
+(``dx[n, c]`` sums over the O / groups channels of ``c``'s group, ``dw[o,
+c]`` reads input channel ``(o // (O / groups)) * (C / groups) + c``). Their
+gradients are grouped ops with the same groups. A grouped data gradient
+keeps the first TE body under a stride too (``gy`` placed on the input's
+grid: the sub-kernels' stage would be read at a phase that changes from
+column to column, where its template vectorizes over columns,
+``schedules/cpu/conv2d_grouped.py``).
 """
 from __future__ import annotations
 
@@ -57,8 +67,8 @@ from tvm import te, tirx
 
 from ..errors import ShapeError
 from . import attrs as A
-from .conv import (DILATION, PADDING, STRIDE, _direct, _flops, _inside, backward_data, backward_weight, check_rank4,
-                   conv2d, pad_spatial, skips_padding, split_nchw, window_out)
+from .conv import (DILATION, GROUPS, PADDING, STRIDE, _direct, _flops, _inside, backward_data, backward_weight,
+                   check_groups, check_rank4, conv2d, group_start, pad_spatial, skips_padding, split_nchw, window_out)
 from .grad import as_dtype, wants_grad
 from .registry import Op, register
 from .shapes import dtype_of, is_static, promote, same_dim, shape_str, size, static
@@ -88,48 +98,57 @@ class Conv2dBackwardWeight(Op):
     grad_output = False
     attrs = {
         "kernel": A.Attr(A.int_tuple(2, minimum=1), doc="the forward weight's (KH, KW) (int or pair)"),
-        "stride": STRIDE, "padding": PADDING, "dilation": DILATION,
+        "stride": STRIDE, "padding": PADDING, "dilation": DILATION, "groups": GROUPS,
     }
 
-    def infer_shape(self, x, gy, kernel, stride, padding, dilation):
+    def infer_shape(self, x, gy, kernel, stride, padding, dilation, groups=1):
         check_rank4(self.name, x, "x", "NCHW")
         check_rank4(self.name, gy, "gy", "NCHW")
         if not same_dim(gy[0], x[0]):
             raise ShapeError(f"got gy {shape_str(gy)} for x {shape_str(x)}: the batches differ", op=self.name,
                              arg="gy")
+        check_groups(self.name, groups, x[1], gy[1])
         _check_gy(self.name, gy, x[2:], kernel, stride, padding, dilation)
-        return (gy[1], x[1], kernel[0], kernel[1])
+        return (gy[1], x[1] if groups == 1 else static(x[1]) // groups, kernel[0], kernel[1])
 
     def infer_dtype(self, x, gy, **attrs):
         return promote(self.name, x, gy)
 
-    def compute(self, x, gy, kernel, stride, padding, dilation):
+    def compute(self, x, gy, kernel, stride, padding, dilation, groups=1):
         dt = promote(self.name, dtype_of(x), dtype_of(gy))
         n, c, _, _ = x.shape
         _, o, oh, ow = gy.shape
         (kh, kw), (sh, sw), (dh, dw) = kernel, stride, dilation
+        c = c if groups == 1 else static(c) // groups
+        first = group_start(o, c, groups)
+        channel = (lambda k, ci: ci) if first is None else (lambda k, ci: first(k) + ci)
         xp = pad_spatial(x, "NCHW", padding, tirx.const(0, dtype_of(x)), f"{self.name}_pad")
         gyt = te.compute((n, oh, ow, o), lambda b, y, z, k: gy[b, k, y, z], name=f"{self.name}_gyt",
                          tag="injective")
         rn, ry, rz = te.reduce_axis((0, n), "rn"), te.reduce_axis((0, oh), "ry"), te.reduce_axis((0, ow), "rz")
         acc = te.compute((c, kh, kw, o), lambda ci, i, j, k: te.sum(
-            xp[rn, ci, ry * sh + i * dh, rz * sw + j * dw].astype(dt) * gyt[rn, ry, rz, k].astype(dt),
+            xp[rn, channel(k, ci), ry * sh + i * dh, rz * sw + j * dw].astype(dt) * gyt[rn, ry, rz, k].astype(dt),
             axis=[rn, ry, rz]), name=f"{self.name}_cl", tag=self.family)
         return te.compute((o, c, kh, kw), lambda k, ci, i, j: acc[ci, i, j, k], name=self.name, tag="injective")
 
-    def reference(self, x, gy, kernel, stride, padding, dilation):
+    def reference(self, x, gy, kernel, stride, padding, dilation, groups=1):
         (ph, pw), (sh, sw), (dh, dw) = padding, stride, dilation
         xp = np.pad(x, ((0, 0), (0, 0), (ph, ph), (pw, pw)))
         span = (dh * (kernel[0] - 1) + 1, dw * (kernel[1] - 1) + 1)
         win = np.lib.stride_tricks.sliding_window_view(xp, span, axis=(2, 3))[:, :, ::sh, ::sw, ::dh, ::dw]
         win = win[:, :, :gy.shape[2], :gy.shape[3]]
-        return np.einsum("nchwyx,nohw->ocyx", win, gy).astype(np.result_type(x, gy))
+        if groups == 1:
+            return np.einsum("nchwyx,nohw->ocyx", win, gy).astype(np.result_type(x, gy))
+        n, c, oh, ow = win.shape[:4]
+        win = win.reshape(n, groups, c // groups, *win.shape[2:])
+        dw_ = np.einsum("ngchwyx,ngohw->gocyx", win, gy.reshape(n, groups, -1, oh, ow))
+        return dw_.reshape(-1, *dw_.shape[2:]).astype(np.result_type(x, gy))
 
     def gradient(self, g, node):
         """dw is bilinear in (x, gy): dx is gy convolved back through ``g``
         (the data gradient of a conv with weight ``g``), dgy the forward conv of x with ``g``."""
         x, gy = node.inputs
-        attrs = {k: node.attrs[k] for k in ("stride", "padding", "dilation")}
+        attrs = {k: node.attrs[k] for k in ("stride", "padding", "dilation", "groups")}
         gx = as_dtype(backward_data(gy, g, in_size=tuple(x.shape[2:]), **attrs), x.dtype) \
             if wants_grad(x) else None
         ggy = as_dtype(conv2d(x, g, **attrs), gy.dtype) if wants_grad(gy) else None
@@ -137,7 +156,7 @@ class Conv2dBackwardWeight(Op):
 
     def flops(self, shapes, **attrs):
         x, gy = shapes
-        total = 2 * size(gy) * static(x[1]) * attrs["kernel"][0] * attrs["kernel"][1]
+        total = 2 * size(gy) * (static(x[1]) // attrs.get("groups", 1)) * attrs["kernel"][0] * attrs["kernel"][1]
         return float(total) if isinstance(total, int) else 0.0
 
 
@@ -171,10 +190,10 @@ class Conv2dBackwardData(Op):
     grad_output = False
     attrs = {
         "in_size": A.Attr(A.int_tuple(2, minimum=1), doc="the forward input's (H, W) (int or pair)"),
-        "stride": STRIDE, "padding": PADDING, "dilation": DILATION,
+        "stride": STRIDE, "padding": PADDING, "dilation": DILATION, "groups": GROUPS,
     }
 
-    def infer_shape(self, gy, w, in_size, stride, padding, dilation):
+    def infer_shape(self, gy, w, in_size, stride, padding, dilation, groups=1):
         check_rank4(self.name, gy, "gy", "NCHW")
         check_rank4(self.name, w, "w", "OIHW")
         if not (is_static(w[2]) and is_static(w[3])):
@@ -183,17 +202,21 @@ class Conv2dBackwardData(Op):
             raise ShapeError(f"got gy {shape_str(gy)} with {static(gy[1])} channels but w {shape_str(w)} has "
                              f"{static(w[0])} output channels", op=self.name, arg="w")
         _check_gy(self.name, gy, in_size, (static(w[2]), static(w[3])), stride, padding, dilation)
-        return (gy[0], w[1], in_size[0], in_size[1])
+        if groups == 1:
+            return (gy[0], w[1], in_size[0], in_size[1])
+        check_groups(self.name, groups, static(w[1]) * groups if is_static(w[1]) else w[1], w[0])
+        return (gy[0], static(w[1]) * groups, in_size[0], in_size[1])
 
     def infer_dtype(self, gy, w, **attrs):
         return promote(self.name, gy, w)
 
-    def compute(self, gy, w, in_size, stride, padding, dilation):
+    def compute(self, gy, w, in_size, stride, padding, dilation, groups=1):
         dt = promote(self.name, dtype_of(gy), dtype_of(w))
-        if stride != (1, 1) and dilation == (1, 1):
+        if stride != (1, 1) and dilation == (1, 1) and groups == 1:
             return _phased(self, gy, w, in_size, stride, padding, dt)
         n, o, oh, ow = gy.shape
-        _, c, kh, kw = (static(d) for d in w.shape)
+        _, c, kh, kw = (static(d) for d in w.shape)  # c: the input channels of a group
+        og = o if groups == 1 else static(o) // groups
         spans = (dilation[0] * (kh - 1), dilation[1] * (kw - 1))
         low = border(w.shape, padding, dilation)  # may be negative: a padding wider than the kernel
         grid = (in_size[0] + spans[0], in_size[1] + spans[1])
@@ -209,14 +232,19 @@ class Conv2dBackwardData(Op):
             return tirx.all((u - low[0]) % stride[0] == 0, (v - low[1]) % stride[1] == 0)
 
         gp = te.compute((n, o) + grid, placed, name=f"{self.name}_pad", tag="injective")
-        out = (n, c, in_size[0], in_size[1])
+        out = (n, c * groups, in_size[0], in_size[1])
         keep = on_gy if stride != (1, 1) else None
-        if data_skips_padding(tuple(gy.shape), out, tuple(w.shape), stride, padding, dilation):
+        if groups == 1 and data_skips_padding(tuple(gy.shape), out, tuple(w.shape), stride, padding, dilation):
             keep = _inside(tuple(gy.shape), low)
-        return _direct(self, lambda b, k, y, z: gp[b, k, y, z], lambda ci, k, y, z: w[k, ci, kh - 1 - y, kw - 1 - z],
-                       (o, kh, kw), out, dt, lambda idx: split_nchw(idx, "NCHW"), (1, 1), dilation, keep=keep)
+        first = group_start(c * groups, og, groups)  # the first output channel of input channel ci's group
+        if first is None:
+            tap = lambda ci, k, y, z: w[k, ci, kh - 1 - y, kw - 1 - z]  # noqa: E731
+        else:
+            tap = lambda ci, k, y, z: w[first(ci) + k, ci % c, kh - 1 - y, kw - 1 - z]  # noqa: E731
+        return _direct(self, lambda b, k, y, z: gp[b, k, y, z], tap, (og, kh, kw), out, dt,
+                       lambda idx: split_nchw(idx, "NCHW"), (1, 1), dilation, keep=keep, first=first)
 
-    def reference(self, gy, w, in_size, stride, padding, dilation):
+    def reference(self, gy, w, in_size, stride, padding, dilation, groups=1):
         """numpy's transposed convolution by its definition (the module
         docstring): each tap's products added at the input positions it
         reaches, ``gy`` read as zero outside its rows and columns (so an inf
@@ -225,7 +253,7 @@ class Conv2dBackwardData(Op):
         (sh, sw), (ph, pw), (dh, dw) = stride, padding, dilation
         n, o, oh, ow = gy.shape
         c, kh, kw = w.shape[1:]
-        dx = np.zeros((n, c) + tuple(in_size), np.result_type(gy, w))
+        dx = np.zeros((n, c * groups) + tuple(in_size), np.result_type(gy, w))
         for i in range(kh):
             qy, ry = np.divmod(np.arange(in_size[0]) + ph - i * dh, sh)  # gy's row, when ry == 0
             for j in range(kw):
@@ -233,15 +261,17 @@ class Conv2dBackwardData(Op):
                 ys, xs = np.flatnonzero(ry == 0), np.flatnonzero(rx == 0)
                 inside = ((qy[ys] >= 0) & (qy[ys] < oh))[:, None] & ((qx[xs] >= 0) & (qx[xs] < ow))[None, :]
                 read = gy[:, :, np.clip(qy[ys], 0, oh - 1)][:, :, :, np.clip(qx[xs], 0, ow - 1)]
-                read = np.where(inside, read, 0)
-                dx[np.ix_(range(n), range(c), ys, xs)] += np.einsum("noyx,oc->ncyx", read, w[:, :, i, j])
+                read = np.where(inside, read, 0).reshape(n, groups, o // groups, len(ys), len(xs))
+                taps = w[:, :, i, j].reshape(groups, o // groups, c)
+                dx[np.ix_(range(n), range(c * groups), ys, xs)] += np.einsum(
+                    "ngoyx,goc->ngcyx", read, taps).reshape(n, c * groups, len(ys), len(xs))
         return dx
 
     def gradient(self, g, node):
         """dx is linear in (gy, w): dgy is the forward conv of ``g`` with w,
         dw the weight gradient of a conv of ``g`` whose output gradient is gy."""
         gy, w = node.inputs
-        attrs = {k: node.attrs[k] for k in ("stride", "padding", "dilation")}
+        attrs = {k: node.attrs[k] for k in ("stride", "padding", "dilation", "groups")}
         ggy = as_dtype(conv2d(g, w, **attrs), gy.dtype) if wants_grad(gy) else None
         gw = as_dtype(backward_weight(g, gy, kernel=tuple(w.shape[2:]), **attrs), w.dtype) \
             if wants_grad(w) else None

@@ -28,6 +28,9 @@ LARGE = [
     ("batch_norm_train", [(64, 64, 28, 28), (64,), (64,)], {}),
     ("conv2d_backward_weight", [(8, 64, 56, 56), (8, 64, 56, 56)], {"kernel": 3, "padding": 1}),
     ("conv2d_backward_data", [(8, 64, 56, 56), (64, 64, 3, 3)], {"in_size": 56, "padding": 1}),
+    ("conv2d", [(1, 144, 56, 56), (144, 1, 3, 3)], {"padding": 1, "groups": 144}),
+    ("conv2d", [(1, 128, 28, 28), (128, 4, 3, 3)], {"padding": 1, "groups": 32}),
+    ("conv2d_backward_weight", [(8, 144, 56, 56), (8, 144, 56, 56)], {"kernel": 3, "padding": 1, "groups": 144}),
     ("conv2d_winograd", [(64, 1, 8, 8, 16), (1, 4, 4, 16, 32)], {"out_channels": 32, "padding": 1, "in_block": 16}),
     ("batch_norm_train_grad", [(64, 64, 28, 28)] * 2 + [(64,)] * 3, {}),
 ]
@@ -85,6 +88,29 @@ def test_every_family_is_covered():
     families = {get_op(name).family for name in list_ops()}
     covered = {get_op(op).family for op, _, _ in LARGE}
     assert families <= covered
+
+
+@pytest.mark.parametrize("op, shapes, attrs", [
+    ("conv2d", [(1, 144, 56, 56), (144, 1, 3, 3)], {"padding": 1, "groups": 144}),
+    ("conv2d", [(1, 144, 56, 56), (144, 1, 3, 3)], {"padding": 1, "groups": 144, "stride": 2}),
+    ("conv2d", [(1, 32, 14, 14), (64, 1, 3, 3)], {"padding": 1, "groups": 32}),
+    ("conv2d", [(1, 128, 28, 28), (128, 4, 3, 3)], {"padding": 1, "groups": 32}),
+    ("conv2d_backward_data", [(1, 144, 56, 56), (144, 1, 3, 3)], {"in_size": 56, "padding": 1, "groups": 144}),
+])
+def test_a_grouped_conv_vectorizes_output_columns_in_tasks_that_pad_their_rows(op, shapes, attrs):
+    """Each lane of a grouped conv's vectors is an output column, never a
+    channel (each channel reads other input channels: a gather), the vector
+    a power of two or one vector at least half full (``conv2d_grouped.py``),
+    and the zero padding is copied inside each parallel task."""
+    script = kiln.build(op, shapes, attrs=attrs).script()
+    update = script[:script.index(f'T.sblock("{op}_update")')]
+    lane, width = re.findall(r"for (\w+) in T.vectorized\((\d+)\)", update)[-1]
+    bindings = dict(re.findall(r"(v_i\d) = T.axis.spatial\(\d+, (.*)\)", script[len(update):]))
+    assert lane not in bindings["v_i1"] and lane in bindings["v_i3"], script
+    lanes = kiln.cpu().lanes("float32")
+    assert int(width) & (int(width) - 1) == 0 or lanes // 2 <= int(width) <= lanes
+    task = script[script.index("T.parallel"):]
+    assert task.index(f'T.sblock("{op}_pad")') < task.index(f'T.sblock("{op}_update")'), script
 
 
 def test_a_large_weight_gradient_is_written_to_oihw_by_its_tiles():

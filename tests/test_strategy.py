@@ -60,6 +60,23 @@ def test_what_runs_directly():
     assert isinstance(relu, Direct) and relu.op == "relu" and relu.weight_op is None
 
 
+@pytest.mark.parametrize("x, w, groups", [((1, 144, 56, 56), (144, 1, 3, 3), 144),  # depthwise
+                                           ((1, 32, 56, 56), (64, 1, 3, 3), 32),  # depthwise, multiplier 2
+                                           ((1, 128, 28, 28), (128, 4, 3, 3), 32),  # ResNeXt-style
+                                           ((8, 64, 56, 56), (64, 32, 3, 3), 2)])
+def test_grouped_convs_run_directly(x, w, groups):
+    """Neither the Winograd kernel nor the packed one reads groups: a grouped
+    conv, its weight constant or not, and its data gradient run directly
+    (3x3, stride 1 and channels that would take Winograd ungrouped)."""
+    conv = _conv(x, w, padding=1, groups=groups)
+    for constant in (True, False):
+        found = choose(conv, CPU, constant_weight=constant)
+        assert isinstance(found, Direct) and found.op == "conv2d" and found.attrs["groups"] == groups
+    data = get_op("conv2d_backward_data").check([conv.out_shapes[0], w], "float32",
+                                                {"in_size": x[2:], "padding": 1, "groups": groups})
+    assert isinstance(choose(data, CPU), Direct)
+
+
 def test_dense_packs_a_constant_weight_in_panels():
     w = get_op("dense").check([(8, 784), (784, 512), (512,)], "float32", {"relu": True})
     found = choose(w, CPU, constant_weight=True)
@@ -84,7 +101,7 @@ def packed_in_every_call(monkeypatch):
     def _every_call(workload, target, constant_weight):
         if constant_weight or workload.attrs["layout"] != "NCHW":
             return None
-        attrs = {k: v for k, v in workload.attrs.items() if k != "layout"}
+        attrs = {k: v for k, v in workload.attrs.items() if k not in ("layout", "groups")}
         return Packed("conv2d_packed", {**attrs, "out_channels": workload.shapes[1][0]}, "pack_conv2d_weight",
                       {"oc": 8})
 

@@ -23,6 +23,13 @@ WORKLOADS = [
     Case("conv2d_backward_weight", [(3, 5, 9, 9), (3, 8, 5, 5)], attrs={"kernel": 3, "padding": 1, "stride": 2}),
     Case("conv2d_backward_weight", [(2, 3, 32, 32), (2, 12, 16, 16)], attrs={"kernel": 5, "padding": 2, "stride": 2}),
     Case("conv2d_backward_data", [(2, 32, 6, 6), (32, 64, 3, 3)], attrs={"in_size": 12, "padding": 1, "stride": 2}),
+    # grouped (conv2d_grouped.py, conv2d_grouped_weight.py): odd maps, a stride, a channel multiplier of 2
+    Case("conv2d", [(2, 6, 9, 11), (12, 2, 3, 3)], attrs={"groups": 3, "padding": 1, "stride": 2}),
+    Case("conv2d", [(1, 16, 14, 14), (32, 1, 3, 3)], attrs={"groups": 16, "padding": 1}),
+    Case("conv2d_backward_data", [(2, 8, 7, 9), (8, 2, 3, 3)], attrs={"in_size": (7, 9), "padding": 1, "groups": 4}),
+    Case("conv2d_backward_weight", [(2, 8, 9, 9), (2, 8, 5, 5)], attrs={"kernel": 3, "padding": 1, "stride": 2,
+                                                                      "groups": 4}),
+    Case("conv2d_backward_weight", [(2, 16, 14, 14), (2, 16, 14, 14)], attrs={"kernel": 3, "padding": 1, "groups": 16}),
     Case("conv2d_winograd", [(2, 2, 7, 9, 8), (2, 4, 4, 13, 16)],
          attrs={"out_channels": 24, "padding": 1, "in_block": 8, "out_block": True}),
     # F(4x4): its transforms scale by up to 8; inputs of [-1/4, 1/4] keep float32's rounding within atol

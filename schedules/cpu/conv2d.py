@@ -125,6 +125,7 @@ from ...te.shapes import static
 from ..config import Config
 from ..dispatch import NOT_APPLICABLE, NotApplicable, register_template
 from .conv2d_defaults import conv_tiles, register_budget
+from .conv2d_grouped import schedule_grouped
 from .conv2d_pack import OIHW, CopiedWeight, PackedWeight
 from .conv2d_roles import ConvRoles, conv_roles
 from .conv2d_steps import (accumulate_nchw, accumulate_nhwc, channel_tile, column_tile, few_pad_copies,
@@ -134,14 +135,19 @@ from .conv2d_steps import (accumulate_nchw, accumulate_nhwc, channel_tile, colum
 
 @register_template("cpu", ops=("conv2d", "conv2d_packed"))
 def schedule_conv2d(sch, block, cfg: Config) -> NotApplicable | None:
-    """An NCHW ``conv2d`` or a ``conv2d_packed`` (``schedule_nchw``), or an
-    NHWC ``conv2d``."""
+    """An NCHW ``conv2d`` or a ``conv2d_packed`` (``schedule_nchw``), a
+    grouped NCHW ``conv2d`` (``conv2d_grouped.py``), or an NHWC ``conv2d``
+    (grouped or not: its channel vectors read a depthwise conv's input
+    channels where they lie)."""
     wl = cfg.workload
     packed = wl.op.name == "conv2d_packed"
     nchw = packed or wl.attrs["layout"] == "NCHW"
     roles = conv_roles(sch, block, cfg, nchw=nchw, blocked=packed and bool(wl.attrs["out_block"]))
     if roles is None:
         return NOT_APPLICABLE
+    if nchw and wl.attrs.get("groups", 1) > 1:
+        schedule_grouped(sch, roles, cfg)
+        return None
     if not nchw:
         _schedule_nhwc(sch, roles, cfg)
         return None

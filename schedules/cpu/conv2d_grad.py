@@ -77,6 +77,7 @@ from ..dispatch import NOT_APPLICABLE, NotApplicable, register_template
 from ..generic import schedule_injective
 from ..util import blocks, const_int, divisors, extent, find_block
 from .conv2d_defaults import LATENCY_ACCUMULATORS, register_budget
+from .conv2d_grouped_weight import schedule_grouped_weight
 
 
 #: bytes of ``gyt`` a reduction slice may read (within a core's L2)
@@ -99,6 +100,9 @@ def schedule_conv2d_backward_weight(sch, block, cfg: Config) -> NotApplicable | 
     sums = [const_int(extent(sch, lp)) for lp in (rn, ry, rz)]
     if o_ext is None or None in parts or None in sums:
         return NOT_APPLICABLE  # a symbolic channel count or batch: the generic schedule serves it (decided first)
+    if cfg.workload.attrs["groups"] > 1:  # each output channel its own input channels: vectors of columns
+        schedule_grouped_weight(sch, cfg)
+        return None
     lanes = cfg.target.lanes(cfg.workload.out_dtypes[0])
     options = tuple(t for t in (lanes, 2 * lanes) if o_ext % t == 0) or (o_ext if o_ext < lanes else lanes,)
     c_ext, kh, kw = parts

@@ -45,6 +45,7 @@ from ..generic import schedule_injective
 from ..util import find_block
 from .conv2d import schedule_nchw
 from .conv2d_defaults import PHASED_TASK_MACS, conv_tiles, default_task_rows, register_budget, task_row_choices
+from .conv2d_grouped import schedule_grouped
 from .conv2d_pack import IOHW
 from .conv2d_roles import ConvRoles, conv_roles
 from .conv2d_steps import (accumulate_nchw, channel_tile, column_tile, padding_knobs, place_padding, row_work,
@@ -53,11 +54,15 @@ from .conv2d_steps import (accumulate_nchw, channel_tile, column_tile, padding_k
 
 @register_template("cpu", ops=("conv2d_backward_data",))
 def schedule_conv2d_backward_data(sch, block, cfg: Config) -> NotApplicable | None:
-    """The phased variant where the op has its ``_taps`` stage, else
+    """The phased variant where the op has its ``_taps`` stage, the grouped
+    template for a grouped data gradient (``conv2d_grouped.py``), else
     ``schedule_nchw`` with the IOHW weight copied."""
     roles = conv_roles(sch, block, cfg)
     if roles is None:
         return NOT_APPLICABLE
+    if cfg.workload.attrs["groups"] > 1:
+        schedule_grouped(sch, roles, cfg)
+        return None
     taps = find_block(sch, "_taps")
     if taps is not None:
         _schedule_phased(sch, roles, cfg, taps)

@@ -91,3 +91,47 @@ CASES += [
     Case("conv2d_backward_data", [(1, 3, 4, 4), (3, 2, 3, 3)], attrs={"in_size": (9, 9), "stride": 2, "padding": 1,
                                                                       "dilation": 2}, grad=False),
 ]
+# grouped and depthwise convolutions (``groups``): each output channel reads its group's input channels only; a
+# depthwise conv (groups = C) with channel multiplier 1 and 2; their gradients are grouped ops too
+CASES += [
+    Case("conv2d", [(2, 4, 5, 6), (6, 2, 3, 3)], attrs={"groups": 2, "padding": 1}),
+    Case("conv2d", [(1, 3, 6, 7), (3, 1, 3, 3)], attrs={"groups": 3, "padding": 1}),
+    Case("conv2d", [(2, 3, 7, 6), (6, 1, 3, 3)], attrs={"groups": 3, "stride": 2, "padding": 1}),
+    Case("conv2d", [(1, 4, 8, 7), (4, 2, 3, 2)], attrs={"groups": 2, "dilation": 2, "padding": (2, 1)}),
+    Case("conv2d", [(1, 6, 5, 5), (6, 2, 1, 1)], "float64", attrs={"groups": 3}),
+    Case("conv2d", [(1, 5, 6, 4), (3, 3, 1, 8)], attrs={**NHWC, "groups": 4, "padding": 1}),
+    Case("conv2d", [(2, 7, 6, 4), (3, 3, 2, 4)], attrs={**NHWC, "groups": 2, "stride": 2, "padding": 1}),
+    Case("conv2d", [(1, 5, 5, 3), (2, 2, 1, 3)], "float64", attrs={**NHWC, "groups": 3, "dilation": 2}),
+    # the template's vectors and register tiles: a MobileNet-style depthwise 3x3 at stride 1 and 2 (the padded
+    # input stored by column phase), a multiplier of 2, a ResNeXt-style grouped conv, a 7x7 map (scalar columns)
+    Case("conv2d", [(2, 32, 14, 14), (32, 1, 3, 3)], attrs={"groups": 32, "padding": 1}, grad=False),
+    Case("conv2d", [(1, 24, 28, 28), (24, 1, 3, 3)], attrs={"groups": 24, "stride": 2, "padding": 1}, grad=False),
+    Case("conv2d", [(1, 16, 15, 17), (32, 1, 3, 3)], attrs={"groups": 16, "stride": 2, "padding": 1}, grad=False),
+    Case("conv2d", [(2, 32, 28, 28), (32, 4, 3, 3)], attrs={"groups": 8, "padding": 1}, grad=False),
+    Case("conv2d", [(1, 64, 7, 7), (64, 1, 3, 3)], "float64", attrs={"groups": 64, "padding": 1}, grad=False),
+    Case("conv2d", [(1, 16, 14, 14), (16, 1, 5, 5)], attrs={"groups": 16, "padding": 4, "dilation": 2}, grad=False),
+    Case("conv2d", [(1, 14, 14, 32), (3, 3, 1, 32)], attrs={**NHWC, "groups": 32, "padding": 1}, grad=False),
+    # the gradients' own ops, grouped, and their gradients
+    Case("conv2d_backward_data", [(2, 6, 5, 6), (6, 2, 3, 3)], attrs={"in_size": (5, 6), "padding": 1, "groups": 2}),
+    Case("conv2d_backward_data", [(2, 6, 3, 4), (6, 1, 3, 3)], attrs={"in_size": (6, 7), "padding": 1, "stride": 2,
+                                                                      "groups": 3}),
+    Case("conv2d_backward_data", [(1, 4, 8, 7), (4, 2, 3, 2)], attrs={"in_size": (8, 7), "padding": (2, 1),
+                                                                      "dilation": 2, "groups": 2}),
+    Case("conv2d_backward_data", [(1, 4, 4, 4), (4, 1, 3, 3)], "float64", attrs={"in_size": 4, "padding": 1,
+                                                                                 "groups": 4}),
+    Case("conv2d_backward_data", [(2, 32, 7, 7), (32, 1, 3, 3)], attrs={"in_size": 14, "padding": 1, "stride": 2,
+                                                                        "groups": 32}, grad=False),
+    Case("conv2d_backward_data", [(1, 32, 14, 14), (32, 4, 3, 3)], attrs={"in_size": 14, "padding": 1, "groups": 8},
+         grad=False),
+    Case("conv2d_backward_weight", [(2, 4, 5, 6), (2, 6, 5, 6)], attrs={"kernel": 3, "padding": 1, "groups": 2}),
+    Case("conv2d_backward_weight", [(2, 3, 7, 6), (2, 6, 4, 3)], attrs={"kernel": 3, "padding": 1, "stride": 2,
+                                                                        "groups": 3}),
+    Case("conv2d_backward_weight", [(1, 4, 8, 7), (1, 4, 8, 7)], attrs={"kernel": (3, 2), "padding": (2, 1),
+                                                                        "dilation": 2, "groups": 2}),
+    Case("conv2d_backward_weight", [(1, 3, 5, 5), (1, 3, 5, 5)], "float64", attrs={"kernel": 3, "padding": 1,
+                                                                                  "groups": 3}),
+    Case("conv2d_backward_weight", [(2, 32, 14, 14), (2, 32, 14, 14)], attrs={"kernel": 3, "padding": 1,
+                                                                              "groups": 32}, grad=False),
+    Case("conv2d_backward_weight", [(1, 32, 28, 28), (1, 32, 14, 14)], attrs={"kernel": 3, "padding": 1, "stride": 2,
+                                                                              "groups": 8}, grad=False),
+]
