@@ -1,13 +1,32 @@
-"""2-D pooling: max_pool2d, avg_pool2d (padding excluded from the average, as
-PyTorch's ``count_include_pad=False``), global_avg_pool2d, and the backward ops
-of the windowed pools.
+"""2-D pooling: max_pool2d, avg_pool2d, global_avg_pool2d, and the backward
+ops of the windowed pools.
 
-``max_pool2d`` pads with -inf, which never wins: padding is at most half the
-window, so every window holds an input element. A window holding NaN gives
-NaN. Its gradient goes, per window, to the first element (row-major in the
-window) equal to the window's max, as PyTorch does on ties, or to its first NaN.
+Windowed pools take x (N, C, H, W) (``layout="NHWC"``: (N, H, W, C)) and
+``kernel``, ``stride`` (default: the kernel) and ``padding``: (h, w) on both
+sides, or (top, left, bottom, right) — ONNX's ``pads`` order (x1_begin,
+x2_begin, x1_end, x2_end). Each pad is at most half the window. The output is
+``OH = (H + top + bottom - span) // stride + 1`` with ``span = dilation *
+(kernel - 1) + 1``, and the same for W. ``ceil_mode=True`` rounds that
+division up, so the last window may start inside the input (or its left
+padding) and run past the padded edge; a last window that would start past
+the input and its left padding is dropped, as PyTorch and ONNX do.
+
+``max_pool2d`` pads with -inf, which never wins: every window holds an input
+element. A window holding NaN gives NaN. ``dilation`` spaces its taps. Its
+gradient goes, per window, to the first element (row-major in the window)
+equal to the window's max, as PyTorch does on ties, or to its first NaN.
+
+``avg_pool2d`` divides by the number of input elements in the window
+(``count_include_pad=False``, the default, as ONNX's ``count_include_pad=0``;
+PyTorch's default is True): with ``count_include_pad=True`` the explicit
+padding counts too, but not the part of a ``ceil_mode`` window past the padded
+edge (PyTorch's rule).
+
+Only ``global_avg_pool2d`` runs channel-blocked (``layout="NCHWc"``).
 """
 from __future__ import annotations
+
+from collections import namedtuple
 
 import numpy as np
 from tvm import te, tirx
@@ -15,59 +34,94 @@ from tvm import te, tirx
 from ..errors import ShapeError
 from . import attrs as A
 from . import nanmath
-from .conv import window_out
 from .oprefs import op_ref
 from .registry import Op, register
-from .shapes import FLOATS, dtype_of, promote, shape_str, size, static
+from .shapes import FLOATS, dtype_of, is_static, promote, shape_str, size, static
 
 # the gradients' ops that have no operator (see oprefs)
 max_pool2d_grad, avg_pool2d_grad = op_ref("max_pool2d_grad"), op_ref("avg_pool2d_grad")
 avg_pool2d = op_ref("avg_pool2d")
 
+
+def _padding(op: str, name: str, value):
+    """(h, w) on both sides, or (top, left, bottom, right); canonical (h, w) when symmetric."""
+    if isinstance(value, (tuple, list)) and len(value) == 4:
+        pads = A.int_tuple(4, minimum=0)(op, name, value)
+        return pads[:2] if pads[:2] == pads[2:] else pads
+    if isinstance(value, (tuple, list)) and len(value) != 2:
+        raise A.AttrError(f"got {value!r}, expected (h, w) or (top, left, bottom, right)", op=op, arg=name)
+    return A.int_tuple(2, minimum=0)(op, name, value)
+
+
 POOL_ATTRS = {
     "kernel": A.Attr(A.int_tuple(2, minimum=1), doc="(h, w) window"),
     "stride": A.Attr(lambda op, name, v: None if v is None else A.int_tuple(2, minimum=1)(op, name, v),
                      default=None, doc="(h, w) stride (None: the kernel)"),
-    "padding": A.Attr(A.int_tuple(2, minimum=0), default=(0, 0), doc="(h, w) padding on each side"),
+    "padding": A.Attr(_padding, default=(0, 0), doc="(h, w) on both sides, or (top, left, bottom, right)"),
+    "ceil_mode": A.Attr(A.boolean, default=False, doc="round the output size up (PyTorch's ceil_mode)"),
     "layout": A.Attr(A.one_of("NCHW", "NHWC"), default="NCHW", doc="data layout"),
 }
+MAX_ATTRS = {**POOL_ATTRS, "dilation": A.Attr(A.int_tuple(2, minimum=1), default=(1, 1),
+                                              doc="(h, w) spacing of the window's taps")}
+AVG_ATTRS = {**POOL_ATTRS, "count_include_pad": A.Attr(
+    A.boolean, default=False, doc="divide by the window with its padding (PyTorch's default) or without (ONNX's)")}
 
 
 def _axes(layout):
     return (1, 2) if layout == "NHWC" else (2, 3)  # NCHW, and NCHWc (N, C / c, H, W, c)
 
 
-def _geometry(op, x, kernel, stride, padding, layout):
-    """(h axis, w axis, ((size, k, s, p, out) for h and w))."""
+#: one spatial axis of a pooling: input size, kernel, stride, pads before and after, dilation, output size,
+#: and the window's span ``d * (k - 1) + 1``
+Axis = namedtuple("Axis", "n k s lo hi d out span")
+
+
+def _out_len(op: str, n, k, s, lo, hi, d, ceil_mode):
+    span, total = d * (k - 1) + 1, static(n) + lo + hi
+    if ceil_mode and not is_static(n):
+        raise ShapeError("ceil_mode needs static H and W", op=op, arg="shapes")
+    if is_static(n) and total < span:
+        raise ShapeError(f"the window spans {span} but the padded input has only {total}", op=op, arg="shapes")
+    if not ceil_mode:
+        return (total - span) // s + 1
+    out = -(-(total - span) // s) + 1
+    return out - 1 if (out - 1) * s >= static(n) + lo else out  # a window starting past the input is dropped
+
+
+def _geometry(op, x, attrs):
+    """((h axis, w axis), (Axis for h, Axis for w))."""
+    layout = attrs["layout"]
     if len(x) != 4:
         raise ShapeError(f"got {shape_str(x)}, expected a 4-D {layout} input", op=op, arg="x")
-    stride = stride or kernel
+    pads = attrs["padding"] * 2 if len(attrs["padding"]) == 2 else attrs["padding"]
     dims = []
-    for ax, k, s, p in zip(_axes(layout), kernel, stride, padding):
-        n = static(x[ax])
-        if p * 2 > k:
-            raise ShapeError(f"padding {p} is more than half the window {k}", op=op, arg="padding")
-        dims.append((n, k, s, p, window_out(op, n, k, s, p)))
-    return _axes(layout), dims
+    for j, ax in enumerate(_axes(layout)):
+        k, s = attrs["kernel"][j], (attrs["stride"] or attrs["kernel"])[j]
+        lo, hi, d = pads[j], pads[j + 2], attrs.get("dilation", (1, 1))[j]
+        if 2 * max(lo, hi) > d * (k - 1) + 1:
+            raise ShapeError(f"padding {max(lo, hi)} is more than half the window {d * (k - 1) + 1}", op=op,
+                             arg="padding")
+        out = _out_len(op, x[ax], k, s, lo, hi, d, attrs["ceil_mode"])
+        dims.append(Axis(static(x[ax]), k, s, lo, hi, d, out, d * (k - 1) + 1))
+    return _axes(layout), tuple(dims)
 
 
-def pool_windows(op: str, x, kernel, stride, padding, layout):
+def pool_windows(op: str, x, attrs):
     """(out shape, reduce axes, fn: out index -> (source index, in-bounds condition))."""
-    (ha, wa), dims = _geometry(op, tuple(x.shape), kernel, stride, padding, layout)
-    (h, kh, sh, ph, oh), (w, kw, sw, pw, ow) = dims
-    ry, rx = te.reduce_axis((0, kh), "ry"), te.reduce_axis((0, kw), "rx")
-    out = tuple(oh if k == ha else ow if k == wa else d for k, d in enumerate(x.shape))
+    (ha, wa), (gh, gw) = _geometry(op, tuple(x.shape), attrs)
+    ry, rx = te.reduce_axis((0, gh.k), "ry"), te.reduce_axis((0, gw.k), "rx")
+    out = tuple(gh.out if k == ha else gw.out if k == wa else d for k, d in enumerate(x.shape))
 
     def src(i):
-        yy, xx = i[ha] * sh + ry - ph, i[wa] * sw + rx - pw
+        yy, xx = i[ha] * gh.s + ry * gh.d - gh.lo, i[wa] * gw.s + rx * gw.d - gw.lo
         return [yy if k == ha else xx if k == wa else v for k, v in enumerate(i)], tirx.all(
-            yy >= 0, yy < h, xx >= 0, xx < w)
+            yy >= 0, yy < gh.n, xx >= 0, xx < gw.n)
 
     return out, [ry, rx], src
 
 
-def max_pool_expr(x, name: str, op: str, **attrs):
-    out, raxes, src = pool_windows(op, x, **attrs)
+def max_pool_expr(x, name: str, op: str, attrs):
+    out, raxes, src = pool_windows(op, x, attrs)
     low = nanmath.lowest(dtype_of(x))
 
     def body(*i):
@@ -82,41 +136,62 @@ class _Pool(Op):
     dtypes = FLOATS
     attrs = POOL_ATTRS
 
-    def infer_shape(self, x, kernel, stride, padding, layout):
-        (ha, wa), dims = _geometry(self.name, x, kernel, stride, padding, layout)
-        return tuple(dims[0][4] if k == ha else dims[1][4] if k == wa else d for k, d in enumerate(x))
+    def infer_shape(self, x, **attrs):
+        (ha, wa), (gh, gw) = _geometry(self.name, x, attrs)
+        return tuple(gh.out if k == ha else gw.out if k == wa else d for k, d in enumerate(x))
 
     def flops(self, shapes, **attrs):
         n = size(self.infer_shape(*shapes, **attrs)) * attrs["kernel"][0] * attrs["kernel"][1]
         return float(n) if isinstance(n, int) else 0.0
 
 
-def _windows_np(x, kernel, stride, padding, layout, fill):
-    """(N, C, OH, OW, KH, KW) view of the padded NCHW input (numpy reference)."""
-    if layout == "NHWC":
-        x = x.transpose(0, 3, 1, 2)
-    stride = stride or kernel
-    (ph, pw), (sh, sw) = padding, stride
-    xp = np.pad(x, ((0, 0), (0, 0), (ph, ph), (pw, pw)), constant_values=fill)
-    win = np.lib.stride_tricks.sliding_window_view(xp, kernel, axis=(2, 3))
-    return win[:, :, ::sh, ::sw]
+# -- numpy references: windows of the padded NCHW input, and their adjoint ---------------------
+def _windows_np(x, attrs, fill, past=None):
+    """(N, C, OH, OW, KH, KW) windows of the NCHW input padded with ``fill``
+    (and with ``past`` beyond the padded edge, where ceil_mode reaches)."""
+    _, geo = _geometry("reference", x.shape, attrs)
+    x = _to_nchw(x, attrs["layout"])
+    x = np.pad(x, ((0, 0), (0, 0)) + tuple((g.lo, g.hi) for g in geo), constant_values=fill)
+    extra = [max(0, (g.out - 1) * g.s + g.span - (g.n + g.lo + g.hi)) for g in geo]
+    x = np.pad(x, ((0, 0), (0, 0), (0, extra[0]), (0, extra[1])), constant_values=fill if past is None else past)
+    win = np.lib.stride_tricks.sliding_window_view(x, (geo[0].span, geo[1].span), axis=(2, 3))
+    (gh, gw) = geo
+    return win[:, :, ::gh.s, ::gw.s][:, :, :gh.out, :gw.out, ::gh.d, ::gw.d]
+
+
+def _scatter_np(parts, x_shape, attrs):
+    """The adjoint of ``_windows_np``: each window's (N, C, OH, OW, KH, KW)
+    ``parts`` added back onto the (cropped) input grid, in ``attrs["layout"]``."""
+    _, (gh, gw) = _geometry("reference", x_shape, attrs)
+    full = np.zeros(parts.shape[:2] + tuple(max(g.lo + g.n, (g.out - 1) * g.s + g.span) for g in (gh, gw)),
+                    parts.dtype)
+    for ky in range(gh.k):
+        for kx in range(gw.k):
+            full[:, :, ky * gh.d:ky * gh.d + (gh.out - 1) * gh.s + 1:gh.s,
+                 kx * gw.d:kx * gw.d + (gw.out - 1) * gw.s + 1:gw.s] += parts[..., ky, kx]
+    return _to_layout(full[:, :, gh.lo:gh.lo + gh.n, gw.lo:gw.lo + gw.n], attrs["layout"])
 
 
 def _to_layout(out, layout):
     return out.transpose(0, 2, 3, 1).copy() if layout == "NHWC" else out
 
 
+def _to_nchw(a, layout):
+    return a.transpose(0, 3, 1, 2) if layout == "NHWC" else a
+
+
 @register
 class MaxPool2d(_Pool):
     name = "max_pool2d"
+    attrs = MAX_ATTRS
     grad_inputs = (0,)
     grad_output = False
 
     def compute(self, x, **attrs):
-        return max_pool_expr(x, self.name, self.name, **attrs)
+        return max_pool_expr(x, self.name, self.name, attrs)
 
     def reference(self, x, **attrs):
-        return _to_layout(_windows_np(x, fill=-np.inf, **attrs).max(axis=(4, 5)), attrs["layout"])
+        return _to_layout(_windows_np(x, attrs, -np.inf).max(axis=(4, 5)), attrs["layout"])
 
     def gradient(self, g, node):
         return (max_pool2d_grad(node.inputs[0], g, **node.attrs),)
@@ -125,11 +200,12 @@ class MaxPool2d(_Pool):
 @register
 class AvgPool2d(_Pool):
     name = "avg_pool2d"
+    attrs = AVG_ATTRS
     grad_inputs = ()
     grad_output = False
 
     def compute(self, x, **attrs):
-        out, raxes, src = pool_windows(self.name, x, **attrs)
+        out, raxes, src = pool_windows(self.name, x, attrs)
         dt = dtype_of(x)
 
         def total(*i):
@@ -141,46 +217,63 @@ class AvgPool2d(_Pool):
                           tag=self.family)
 
     def reference(self, x, **attrs):
-        total = _windows_np(x, fill=0, **attrs).sum(axis=(4, 5))
-        count = _windows_np(np.ones_like(x), fill=0, **attrs).sum(axis=(4, 5))
-        return _to_layout(total / count, attrs["layout"])
+        total = _windows_np(x, attrs, 0).sum(axis=(4, 5))
+        return _to_layout(total / _count_np(x.shape, x.dtype, attrs), attrs["layout"])
 
     def gradient(self, g, node):
         return (avg_pool2d_grad(g, shape=tuple(node.inputs[0].shape), **node.attrs),)
 
 
 def _count(i, op: str, x_shape, attrs, dt):
-    """Number of in-bounds elements in output position i's window."""
-    (ha, wa), dims = _geometry(op, x_shape, attrs["kernel"], attrs["stride"], attrs["padding"], attrs["layout"])
+    """The divisor of output position i's window: its input elements, and with
+    ``count_include_pad`` its padding (not what ceil_mode adds past that)."""
+    axes, geo = _geometry(op, x_shape, attrs)
     count = tirx.const(1, "int32")
-    for ax, (n, k, s, p, _) in zip((ha, wa), dims):
-        lo = tirx.max(i[ax] * s - p, 0)
-        hi = tirx.min(i[ax] * s - p + k, n)
+    for ax, g in zip(axes, geo):
+        start = i[ax] * g.s - g.lo
+        if attrs["count_include_pad"]:
+            lo, hi = start, tirx.min(start + g.k, g.n + g.hi)
+        else:
+            lo, hi = tirx.max(start, 0), tirx.min(start + g.k, g.n)
         count = count * (hi - lo)
     return tirx.Cast(dt, count)
+
+
+def _count_np(x_shape, dtype, attrs):
+    """(N, C, OH, OW) divisors of avg_pool2d, as ``_count``."""
+    ones = np.ones(x_shape, dtype)
+    return _windows_np(ones, attrs, 1 if attrs["count_include_pad"] else 0, past=0).sum(axis=(4, 5))
 
 
 class _PoolGrad(_Pool):
     """Route each output's gradient back over its window."""
 
-    family = "pool"
-    dtypes = FLOATS
     differentiable = False
+
+    def check_grad(self, x, g, attrs):
+        """``x``, once ``g`` is the shape of the pooling's output."""
+        want = _Pool.infer_shape(self, x, **attrs)
+        if tuple(map(static, g)) != tuple(map(static, want)):
+            raise ShapeError(f"got out_grad {shape_str(g)}, expected {shape_str(want)}", op=self.name, arg="g")
+        return x
 
     def cover(self, x_shape, attrs):
         """For input index i: windows (oh, ow) over reduce axes that may contain it."""
-        (ha, wa), dims = _geometry(self.name, x_shape, attrs["kernel"], attrs["stride"], attrs["padding"],
-                                   attrs["layout"])
-        r = [te.reduce_axis((0, -(-k // s)), f"w{j}") for j, (_, k, s, _, _) in enumerate(dims)]
+        axes, geo = _geometry(self.name, x_shape, attrs)
+        r = [te.reduce_axis((0, -(-g.span // g.s)), f"w{j}") for j, g in enumerate(geo)]
 
         def windows(i):
-            """(output index, condition that the window exists and holds i)."""
-            conds, out = [], list(i)
-            for ax, rr, (_, k, s, p, o) in zip((ha, wa), r, dims):
-                start = tirx.floordiv(i[ax] + p, s) - rr
-                conds += [start >= 0, start < o, i[ax] + p - start * s < k]
+            """(output index, i's tap (ky, kx) in it, condition that the window exists and holds i)."""
+            conds, out, taps = [], list(i), []
+            for ax, rr, g in zip(axes, r, geo):
+                start = tirx.floordiv(i[ax] + g.lo, g.s) - rr
+                offset = i[ax] + g.lo - start * g.s
+                conds += [start >= 0, start < g.out, offset < g.span]
+                if g.d > 1:
+                    conds.append(tirx.floormod(offset, g.d) == 0)
                 out[ax] = start
-            return out, tirx.all(*conds)
+                taps.append(tirx.floordiv(offset, g.d) if g.d > 1 else offset)
+            return out, taps, tirx.all(*conds)
 
         return r, windows
 
@@ -191,13 +284,10 @@ class MaxPool2dGrad(_PoolGrad):
 
     name = "max_pool2d_grad"
     arity = 2
-    attrs = POOL_ATTRS
+    attrs = MAX_ATTRS
 
     def infer_shape(self, x, g, **attrs):
-        want = _Pool.infer_shape(self, x, **attrs)
-        if tuple(map(static, g)) != tuple(map(static, want)):
-            raise ShapeError(f"got out_grad {shape_str(g)}, expected {shape_str(want)}", op=self.name, arg="g")
-        return x
+        return self.check_grad(x, g, attrs)
 
     def infer_dtype(self, x, g, **attrs):
         return promote(self.name, x, g)
@@ -206,36 +296,34 @@ class MaxPool2dGrad(_PoolGrad):
         first = _first_max(x, self.name, attrs)
         r, windows = self.cover(tuple(x.shape), attrs)
         (ha, wa), kw = _axes(attrs["layout"]), attrs["kernel"][1]
-        (ph, pw), (sh, sw) = attrs["padding"], attrs["stride"] or attrs["kernel"]
         dt = promote(self.name, dtype_of(x), dtype_of(g))
 
         def body(*i):
-            o, ok = windows(i)
+            o, (ky, kx), ok = windows(i)
             # Clamped: TIR's `and` may evaluate both sides, so reads stay in bounds.
             safe = [tirx.min(tirx.max(v, 0), g.shape[k] - 1) if k in (ha, wa) else v for k, v in enumerate(o)]
-            # i's position inside window o, numbered as _first_max numbers it.
-            at = (i[ha] + ph - o[ha] * sh) * kw + (i[wa] + pw - o[wa] * sw)
-            hit = tirx.all(ok, first(*safe) == at)
+            hit = tirx.all(ok, first(*safe) == ky * kw + kx)  # i's tap in window o, numbered as _first_max does
             return te.sum(tirx.if_then_else(hit, g(*safe).astype(dt), tirx.const(0, dt)), axis=r)
 
         return te.compute(tuple(x.shape), body, name=self.name, tag=self.family)
 
     def reference(self, x, g, **attrs):
+        dt = np.result_type(x, g)
         if x.size == 0:
-            return np.zeros(x.shape, np.result_type(x, g))
-        win = _windows_np(x, fill=-np.inf, **attrs)  # (N, C, OH, OW, KH, KW)
-        ky, kx = np.divmod(win.reshape(win.shape[:4] + (-1,)).argmax(axis=-1), attrs["kernel"][1])
-        (ph, pw), (sh, sw) = attrs["padding"], attrs["stride"] or attrs["kernel"]
-        n, c, oy, ox = np.indices(ky.shape, sparse=True)
-        out = np.zeros(win.shape[:2] + _spatial(x.shape, attrs["layout"]), np.result_type(x, g))
-        np.add.at(out, (n, c, oy * sh - ph + ky, ox * sw - pw + kx), _to_nchw(g, attrs["layout"]))
-        return _to_layout(out, attrs["layout"])
+            return np.zeros(x.shape, dt)
+        win = _windows_np(x, attrs, -np.inf)  # (N, C, OH, OW, KH, KW)
+        inside = _windows_np(np.ones(x.shape, bool), attrs, False)
+        hit = inside & ((win == win.max(axis=(4, 5), keepdims=True)) | np.isnan(win))
+        flat = hit.reshape(hit.shape[:4] + (-1,))
+        first = (np.arange(flat.shape[-1]) == flat.argmax(axis=-1)[..., None]) & flat.any(axis=-1, keepdims=True)
+        parts = np.where(first.reshape(hit.shape), _to_nchw(g, attrs["layout"]).astype(dt)[..., None, None], dt.type(0))
+        return _scatter_np(parts, x.shape, attrs)
 
 
 def _first_max(x, op: str, attrs):
     """Per window: the row-major position ``ky * KW + kx`` of its first maximum."""
-    mx = max_pool_expr(x, "max_pool2d_grad_max", op, **attrs)
-    out, raxes, src = pool_windows(op, x, **attrs)
+    mx = max_pool_expr(x, "max_pool2d_grad_max", op, attrs)
+    out, raxes, src = pool_windows(op, x, attrs)
     (ry, rx), kh, kw = raxes, attrs["kernel"][0], attrs["kernel"][1]
 
     def body(*i):
@@ -247,14 +335,6 @@ def _first_max(x, op: str, attrs):
     return te.compute(out, body, name="max_pool2d_grad_first", tag="pool")
 
 
-def _spatial(shape, layout):
-    return tuple(shape[a] for a in _axes(layout))
-
-
-def _to_nchw(a, layout):
-    return a.transpose(0, 3, 1, 2) if layout == "NHWC" else a
-
-
 @register
 class AvgPool2dGrad(_PoolGrad):
     """Gradient of avg_pool2d w.r.t. its input: out_grad -> the input ``shape``.
@@ -264,23 +344,20 @@ class AvgPool2dGrad(_PoolGrad):
     grad_inputs = ()
     grad_output = False
     differentiable = True
-    attrs = {**POOL_ATTRS, "shape": A.Attr(A.int_tuple(4, minimum=1), doc="the pooled input's shape")}
+    attrs = {**AVG_ATTRS, "shape": A.Attr(A.int_tuple(4, minimum=1), doc="the pooled input's shape")}
 
     def gradient(self, g, node):
         return (avg_pool2d(g, **{k: v for k, v in node.attrs.items() if k != "shape"}),)
 
     def infer_shape(self, g, shape, **attrs):
-        want = _Pool.infer_shape(self, shape, **attrs)
-        if tuple(map(static, g)) != tuple(want):
-            raise ShapeError(f"got out_grad {shape_str(g)}, expected {shape_str(want)}", op=self.name, arg="g")
-        return shape
+        return self.check_grad(shape, g, attrs)
 
     def compute(self, g, shape, **attrs):
         r, windows = self.cover(shape, attrs)
         dt = dtype_of(g)
 
         def body(*i):
-            o, ok = windows(i)
+            o, _, ok = windows(i)
             safe = [tirx.max(v, 0) for v in o]
             share = g(*safe) / _count(safe, self.name, shape, attrs, dt)
             return te.sum(tirx.if_then_else(ok, share, tirx.const(0, dt)), axis=r)
@@ -288,17 +365,9 @@ class AvgPool2dGrad(_PoolGrad):
         return te.compute(shape, body, name=self.name, tag=self.family)
 
     def reference(self, g, shape, **attrs):
-        count = _windows_np(np.ones(shape, g.dtype), fill=0, **attrs).sum(axis=(4, 5))  # NCHW
-        gs = g.transpose(0, 3, 1, 2) if attrs["layout"] == "NHWC" else g
-        share = gs / count
-        res = np.zeros(share.shape[:2] + ((shape[2], shape[3]) if attrs["layout"] == "NCHW" else shape[1:3]), g.dtype)
-        (kh, kw), (sh, sw), (ph, pw) = attrs["kernel"], attrs["stride"] or attrs["kernel"], attrs["padding"]
-        for oy in range(share.shape[2]):
-            for ox in range(share.shape[3]):
-                ys = slice(max(oy * sh - ph, 0), min(oy * sh - ph + kh, res.shape[2]))
-                zs = slice(max(ox * sw - pw, 0), min(ox * sw - pw + kw, res.shape[3]))
-                res[:, :, ys, zs] += share[:, :, oy, ox][:, :, None, None]
-        return _to_layout(res, attrs["layout"])
+        share = _to_nchw(g, attrs["layout"]) / _count_np(shape, g.dtype, attrs)
+        kernel = attrs["kernel"]
+        return _scatter_np(np.broadcast_to(share[..., None, None], share.shape + kernel), shape, attrs)
 
 
 @register
