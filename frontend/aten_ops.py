@@ -297,8 +297,8 @@ def index(x, indices):
     flat = None
     for k, idx in enumerate(picked):
         size = shape[lead + k]
-        idx = ops.where(ops.binary("less", idx, np.asarray(0, "int64")), ops.binary("add", idx, np.asarray(size)),
-                        idx) if not is_kiln(idx) else idx
+        if not is_kiln(idx) and (np.asarray(idx) < 0).any():  # negative indices count from the end
+            idx = np.where(np.asarray(idx) < 0, np.asarray(idx) + size, idx)
         flat = idx if flat is None else ops.binary("add", ops.binary("multiply", flat, np.asarray(size, "int64")),
                                                    idx)
     merged = 1

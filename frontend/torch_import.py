@@ -62,8 +62,11 @@ def _export(module, args, dynamic_shapes):
         if dynamic_shapes is None:  # the batch dim of every tensor input, where torch.export accepts it
             batch = torch.export.Dim("batch")
             guess = tuple({0: batch} if isinstance(a, torch.Tensor) and a.ndim else None for a in args)
+            # torch.export specializes a dim of size 1: a batch of one is captured as two of it
+            wide = tuple(torch.cat([a, a]) if isinstance(a, torch.Tensor) and a.ndim and a.shape[0] == 1 else a
+                         for a in args)
             try:
-                program = torch.export.export(module, args, dynamic_shapes=guess)
+                program = torch.export.export(module, wide, dynamic_shapes=guess)
             except Exception:
                 program = torch.export.export(module, args)
         else:

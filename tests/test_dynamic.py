@@ -27,7 +27,8 @@ REFUSE_SYMBOLIC = {"conv2d", "max_pool2d_grad", "avg_pool2d_grad", "broadcast_to
                    "split", "dense_packed", "conv2d_packed", "from_blocked",  # the last three: a static block width
                    "conv2d_backward_data",  # a static kernel size, as conv2d
                    "winograd_conv2d_weight", "conv2d_winograd",  # a static 3x3 kernel, map and block width
-                   "sgd_step", "sgd_momentum_step", "adam_step"}  # the hyperparameter vector is read by index
+                   "sgd_step", "sgd_momentum_step", "adam_step",  # the hyperparameter vector is read by index
+                   "take_grad", "gather_elements_grad"}  # the gradient's shape attr: the static input's
 
 
 def test_one_symbolic_kernel_serves_every_size_and_stays_vectorized():
