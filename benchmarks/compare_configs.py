@@ -30,16 +30,17 @@ def torch_side(kernel, arrays):
     torch.set_num_threads(tvm.runtime.num_threads())
     a = kernel.workload.attrs
     conv = {k: a[k] for k in ("stride", "padding", "dilation")}
+    conv["groups"] = a.get("groups", 1)
     t = [torch.from_numpy(x) for x in arrays]
     name, grad = kernel.workload.op.name, torch.nn.grad
     if name == "conv2d":
         return calls_sampler(lambda: torch.nn.functional.conv2d(*t, **conv))
     if name == "conv2d_backward_data":
         n, o = t[0].shape[:2]
-        shape = (n, t[1].shape[1], *a["in_size"])
+        shape = (n, t[1].shape[1] * conv["groups"], *a["in_size"])
         return calls_sampler(lambda: grad.conv2d_input(shape, t[1], t[0], **conv))
     if name == "conv2d_backward_weight":
-        shape = (t[1].shape[1], t[0].shape[1], *a["kernel"])
+        shape = (t[1].shape[1], t[0].shape[1] // conv["groups"], *a["kernel"])
         return calls_sampler(lambda: grad.conv2d_weight(t[0], shape, t[1], **conv))
     raise SystemExit(f"--torch: no PyTorch reference for {name} (conv2d and its gradients have one)")
 

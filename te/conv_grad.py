@@ -55,10 +55,10 @@ KH, KW), and output channel ``o`` meets only the input channels of its group
 (``dx[n, c]`` sums over the O / groups channels of ``c``'s group, ``dw[o,
 c]`` reads input channel ``(o // (O / groups)) * (C / groups) + c``). Their
 gradients are grouped ops with the same groups. A grouped data gradient
-keeps the first TE body under a stride too (``gy`` placed on the input's
-grid: the sub-kernels' stage would be read at a phase that changes from
-column to column, where its template vectorizes over columns,
-``schedules/cpu/conv2d_grouped.py``).
+under a stride is computed per phase where the input's rows and columns are
+whole cycles of the phases (``whole_phases``: its template,
+``schedules/cpu/conv2d_grouped.py``, vectorizes the columns of one phase),
+else on the placed grid.
 """
 from __future__ import annotations
 
@@ -212,8 +212,8 @@ class Conv2dBackwardData(Op):
 
     def compute(self, gy, w, in_size, stride, padding, dilation, groups=1):
         dt = promote(self.name, dtype_of(gy), dtype_of(w))
-        if stride != (1, 1) and dilation == (1, 1) and groups == 1:
-            return _phased(self, gy, w, in_size, stride, padding, dt)
+        if stride != (1, 1) and dilation == (1, 1) and (groups == 1 or whole_phases(in_size, stride)):
+            return _phased(self, gy, w, in_size, stride, padding, dt, groups)
         n, o, oh, ow = gy.shape
         _, c, kh, kw = (static(d) for d in w.shape)  # c: the input channels of a group
         og = o if groups == 1 else static(o) // groups
@@ -282,10 +282,22 @@ class Conv2dBackwardData(Op):
         return _flops(tuple(gy), tuple(w[1:]))
 
 
-def _phased(op: Op, gy, w, in_size, stride, padding, dt):
-    """The strided transposed convolution per phase (see the module docstring)."""
+def whole_phases(in_size, stride) -> bool:
+    """Whether the input's rows and columns are whole cycles of the stride's
+    phases: a grouped data gradient is computed per phase only then (its
+    template vectorizes a phase's columns; ``schedules/cpu/conv2d_grouped.py``)."""
+    return all(size % s == 0 for size, s in zip(in_size, stride))
+
+
+def _phased(op: Op, gy, w, in_size, stride, padding, dt, groups: int = 1):
+    """The strided transposed convolution per phase (see the module
+    docstring); the sub-kernels' ``c`` channels are a group's."""
     n, o, oh, ow = gy.shape
     _, c, kh, kw = (static(d) for d in w.shape)
+    per_group = o if groups == 1 else static(o) // groups
+    first = group_start(c * groups, per_group, groups)  # gy's first channel in input channel ci's group
+    channel = (lambda ci, r: r) if first is None else (lambda ci, r: first(ci) + r)
+    local = (lambda ci: ci) if first is None else (lambda ci: ci % c)
     kernel, outs = (kh, kw), (static(oh), static(ow))
     taps = tuple(-(-k // s) for k, s in zip(kernel, stride))
     # gy's rows read: (y + p) // s + t for t < taps, on a grid with taps - 1 zero rows before gy's
@@ -311,15 +323,17 @@ def _phased(op: Op, gy, w, in_size, stride, padding, dt):
 
     wp = te.compute(tuple(stride) + (o, taps[0], taps[1], c), sub_kernels, name=f"{op.name}_taps",
                     tag="injective")
-    ro, rt, ru = te.reduce_axis((0, o), "ro"), te.reduce_axis((0, taps[0]), "rt"), te.reduce_axis((0, taps[1]), "ru")
+    ro, rt = te.reduce_axis((0, per_group), "ro"), te.reduce_axis((0, taps[0]), "rt")
+    ru = te.reduce_axis((0, taps[1]), "ru")
     missing = any(k % s for k, s in zip(kernel, stride))  # some phase has fewer taps: they read zero
 
     def body(b, ci, y, x):
         py, px = y + padding[0], x + padding[1]
         ph, pw = py % stride[0], px % stride[1]
-        value = gp[b, ro, py // stride[0] + rt, px // stride[1] + ru]
+        k = channel(ci, ro)
+        value = gp[b, k, py // stride[0] + rt, px // stride[1] + ru]
         if missing:
             value = tirx.if_then_else(tirx.all(tap_of(0, ph, rt) < kh, tap_of(1, pw, ru) < kw), value, zero)
-        return te.sum(value.astype(dt) * wp[ph, pw, ro, rt, ru, ci].astype(dt), axis=[ro, rt, ru])
+        return te.sum(value.astype(dt) * wp[ph, pw, k, rt, ru, local(ci)].astype(dt), axis=[ro, rt, ru])
 
-    return te.compute((n, c) + tuple(in_size), body, name=op.name, tag=op.family)
+    return te.compute((n, c * groups) + tuple(in_size), body, name=op.name, tag=op.family)

@@ -27,6 +27,8 @@ WORKLOADS = [
     Case("conv2d", [(2, 6, 9, 11), (12, 2, 3, 3)], attrs={"groups": 3, "padding": 1, "stride": 2}),
     Case("conv2d", [(1, 16, 14, 14), (32, 1, 3, 3)], attrs={"groups": 16, "padding": 1}),
     Case("conv2d_backward_data", [(2, 8, 7, 9), (8, 2, 3, 3)], attrs={"in_size": (7, 9), "padding": 1, "groups": 4}),
+    Case("conv2d_backward_data", [(2, 8, 4, 6), (8, 2, 3, 3)], attrs={"in_size": (8, 12), "padding": 1, "stride": 2,
+                                                                      "groups": 4}),
     Case("conv2d_backward_weight", [(2, 8, 9, 9), (2, 8, 5, 5)], attrs={"kernel": 3, "padding": 1, "stride": 2,
                                                                       "groups": 4}),
     Case("conv2d_backward_weight", [(2, 16, 14, 14), (2, 16, 14, 14)], attrs={"kernel": 3, "padding": 1, "groups": 16}),

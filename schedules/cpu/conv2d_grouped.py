@@ -56,7 +56,8 @@ from __future__ import annotations
 import numpy as np
 
 from ..config import Config
-from ..util import const_int, divisors, extent
+from ..generic import schedule_injective
+from ..util import const_int, divisors, extent, find_block
 from .conv2d_defaults import LATENCY_ACCUMULATORS, register_budget
 from .conv2d_roles import ConvRoles
 from .conv2d_steps import place_padding, run_tasks, vectorize_write_back
@@ -146,10 +147,14 @@ def default_task_rows(choices: tuple, height: int | None, batch_tasks: int, row_
 def schedule_grouped(sch, r: ConvRoles, cfg: Config) -> None:
     """A grouped NCHW ``conv2d`` or ``conv2d_backward_data`` (its body's
     output channels in ``groups`` groups, each reading its own input
-    channels): see the module docstring."""
+    channels): see the module docstring. A data gradient computed per
+    phase (its ``_taps`` stage) is ``_schedule_phased``."""
+    taps = find_block(sch, "_taps")
+    if taps is not None:
+        _schedule_phased(sch, r, cfg, taps)
+        return
     wl = cfg.workload
-    groups = wl.attrs["groups"]
-    per_group = r.channels // groups
+    per_group = r.channels // wl.attrs["groups"]
     (sh, sw), dilation = column_stride(cfg), tuple(wl.attrs["dilation"])
     rows = divisors(r.height)
     rc, ry, rx = r.reduction
@@ -165,10 +170,7 @@ def schedule_grouped(sch, r: ConvRoles, cfg: Config) -> None:
     # the padded input a task copies per output row: its group's channels, ``stride`` rows of the padded width
     padded_width = (r.width - 1) * sw + (const_int(extent(sch, rx)) - 1) * dilation[1] + 1
     row_bytes = const_int(extent(sch, rc)) * padded_width * sh * np.dtype(wl.dtypes[0]).itemsize
-    task_rows = cfg.define_knob("task_rows", choices, default=default_task_rows(
-        choices, r.height, r.channels // tile_oc, row_bytes))
-    par = cfg.define_knob("parallel", (0, 1), default=1)
-    pad_at = r.pad is not None and cfg.define_knob("pad_at", (0, 1), default=1)
+    task_rows, par, pad_at = _task_knobs(cfg, r, choices, r.channels // tile_oc, row_bytes)
     phases = pad_at and sw > 1 and _phase_split(sch, r, sw) and cfg.define_knob("phases", (0, 1), default=1)
 
     if phases:
@@ -187,6 +189,61 @@ def schedule_grouped(sch, r: ConvRoles, cfg: Config) -> None:
     task = run_tasks(sch, r, (r.n, oo, yo), par)
     vectorize_write_back(sch, acc, 3)  # below (task, a task's row tiles, column tiles)
     place_padding(sch, cfg, r, False, pad_at, task)
+
+
+def _schedule_phased(sch, r: ConvRoles, cfg: Config, taps) -> None:
+    """A grouped data gradient per phase (``te/conv_grad.py``): tiles of
+    whole cycles of the row and column phases, the columns of each column
+    phase one vector, so that within a tile each row's and column's phase,
+    its sub-kernel and its missing taps are constants of the unrolled code
+    and a phase's columns read consecutive columns of ``gy``. The
+    accumulators are stored by column phase, ``(x % s, x // s)``; the knobs
+    are the other variant's, ``vector`` and ``tile_ow`` counting one phase's
+    columns and every tile's rows and columns whole cycles of the phases."""
+    wl = cfg.workload
+    per_group = r.channels // wl.attrs["groups"]
+    sh, sw = wl.attrs["stride"]
+    ro, rt, ru = r.reduction
+    sub = (const_int(extent(sch, rt)), const_int(extent(sch, ru)))  # a phase's sub-kernel
+    columns, rows = r.width // sw, divisors(r.height // sh)
+    vector = cfg.define_knob("vector", tuple(d for d in divisors(columns) if d <= r.lanes),
+                             default=default_vector(columns, r.lanes))
+    ow, oc, oh = default_tile(columns, vector, per_group, rows, r.lanes, sub, (1, 1), (1, 1))
+    tile_ow = cfg.define_knob("tile_ow", tuple(d * sw for d in divisors(columns) if d % vector == 0),
+                              default=ow * sw)
+    tile_oc = cfg.define_knob("tile_oc", divisors(per_group), default=oc)
+    tile_oh = cfg.define_knob("tile_oh", tuple(d * sh for d in rows), default=oh * sh)
+    unroll_kw = cfg.define_knob("unroll_kw", (0, 1), default=1)
+    choices = tuple(d * sh for d in rows if d * sh % tile_oh == 0) or (tile_oh,)
+    row_bytes = per_group * (columns + sub[1]) * np.dtype(wl.dtypes[0]).itemsize  # gy's rows, per output row
+    task_rows, par, pad_at = _task_knobs(cfg, r, choices, r.channels // tile_oc, row_bytes)
+
+    oo, oi = sch.split(r.o, [None, tile_oc])
+    yo, yt, yi = sch.split(r.y, [None, max(1, task_rows // tile_oh), tile_oh])
+    zo, zk, zi, zp = sch.split(r.z, [None, tile_ow // (vector * sw), vector, sw])
+    sch.reorder(r.n, oo, yo, yt, zo, ro, ru, yi, rt, oi, zp, zk, zi)
+    acc = sch.cache_write(r.conv, 0, "local")
+    sch.transform_layout(r.conv, ("write", 0), lambda n, c, y, x: (n, c, y, x % sw, x // sw))
+    sch.reverse_compute_at(acc, zo)
+    sch.vectorize(zi)
+    for loop in (rt, oi, yi, zp, zk):
+        sch.unroll(loop)
+    if unroll_kw:
+        sch.unroll(ru)
+    task = run_tasks(sch, r, (r.n, oo, yo), par)
+    vectorize_write_back(sch, acc, 3)
+    schedule_injective(sch, taps, cfg, "taps.")
+    place_padding(sch, cfg, r, False, pad_at, task)
+
+
+def _task_knobs(cfg: Config, r: ConvRoles, choices: tuple, tiles: int, row_bytes: int) -> tuple:
+    """``task_rows`` (of ``choices``; ``tiles`` channel tiles per image,
+    ``row_bytes`` of padded input copied per output row), ``parallel`` and
+    ``pad_at``."""
+    rows = cfg.define_knob("task_rows", choices, default=default_task_rows(choices, r.height, tiles, row_bytes))
+    par = cfg.define_knob("parallel", (0, 1), default=1)
+    pad_at = r.pad is not None and cfg.define_knob("pad_at", (0, 1), default=1)
+    return rows, par, pad_at
 
 
 def _phase_split(sch, r: ConvRoles, stride: int) -> bool:

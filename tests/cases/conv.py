@@ -119,8 +119,18 @@ CASES += [
                                                                       "dilation": 2, "groups": 2}),
     Case("conv2d_backward_data", [(1, 4, 4, 4), (4, 1, 3, 3)], "float64", attrs={"in_size": 4, "padding": 1,
                                                                                  "groups": 4}),
+    # per phase where the input is whole cycles of the phases (the others above run on the placed grid): a 3x3 at
+    # stride 2, one strided axis, a 1x1 (odd rows and columns get nothing), a depthwise layer of a vector's columns
+    Case("conv2d_backward_data", [(1, 4, 3, 4), (4, 2, 3, 3)], attrs={"in_size": (6, 8), "padding": 1, "stride": 2,
+                                                                      "groups": 2}),
+    Case("conv2d_backward_data", [(2, 6, 3, 5), (6, 1, 3, 2)], attrs={"in_size": (6, 6), "padding": (1, 0),
+                                                                      "stride": (2, 1), "groups": 3}),
+    Case("conv2d_backward_data", [(1, 4, 3, 3), (4, 1, 1, 1)], "float64", attrs={"in_size": 6, "stride": 2,
+                                                                                 "groups": 4}),
     Case("conv2d_backward_data", [(2, 32, 7, 7), (32, 1, 3, 3)], attrs={"in_size": 14, "padding": 1, "stride": 2,
                                                                         "groups": 32}, grad=False),
+    Case("conv2d_backward_data", [(1, 32, 14, 14), (32, 1, 3, 3)], attrs={"in_size": 28, "padding": 1, "stride": 2,
+                                                                          "groups": 16}, grad=False),
     Case("conv2d_backward_data", [(1, 32, 14, 14), (32, 4, 3, 3)], attrs={"in_size": 14, "padding": 1, "groups": 8},
          grad=False),
     Case("conv2d_backward_weight", [(2, 4, 5, 6), (2, 6, 5, 6)], attrs={"kernel": 3, "padding": 1, "groups": 2}),
