@@ -21,7 +21,7 @@ from ..errors import FrontendError
 from . import onnx_math, onnx_nn, onnx_shape  # noqa: F401 - register the converters
 from .onnx_table import CONVERTERS, Node
 from .program import ImportedModel, InputSpec, Step, parameter
-from .values import tensor_or_static, to_kiln_dtype
+from .values import as_value, tensor_or_static, to_kiln_dtype
 
 #: the ai.onnx opsets kiln reads (the converters know each op's changes across them)
 OPSET_MIN = 7
@@ -162,6 +162,11 @@ def _input_specs(graph, initializers, input_shapes) -> list:
     return specs
 
 
+def _convert(converter, node, *values):
+    """A converter's result, bare numbers made static arrays (``as_value``)."""
+    return as_value(converter(node, *values))
+
+
 def _identifier(name: str) -> str:
     out = "".join(c if c.isalnum() or c == "_" else "_" for c in name)
     return out if out and not out[0].isdigit() and out != "out" else f"in_{out}"
@@ -216,6 +221,6 @@ def from_onnx(model, input_shapes=None) -> ImportedModel:
     steps = []
     for k, node in enumerate(graph.node):
         info = Node(node.op_type, node.name or f"{node.op_type}_{k}", _attrs(node), opset, len(node.output))
-        steps.append(Step(functools.partial(CONVERTERS[node.op_type], info), node.input, node.output, info.name,
-                          node.op_type))
+        steps.append(Step(functools.partial(_convert, CONVERTERS[node.op_type], info), node.input, node.output,
+                          info.name, node.op_type))
     return ImportedModel(steps, inputs, [o.name for o in graph.output], params, buffers, constants, "onnx")

@@ -175,7 +175,7 @@ class ImportedModel(Module):
                 try:
                     out = step.fn(*values)
                 except KilnError as e:
-                    if isinstance(e, FrontendError) and e.where not in (None, "kiln.frontend"):
+                    if isinstance(e, FrontendError) and " node " in (e.where or ""):
                         raise
                     raise FrontendError(f"{e}", where=f"{step.kind} node {step.name!r}") from e
             if len(step.outputs) == 1:

@@ -115,6 +115,21 @@ def to_kiln_dtype(dtype, node: str) -> str:
     return name
 
 
+def as_value(value):
+    """A converter's result with a bare number or size (what numpy gives for
+    an element of an object array, or arithmetic on 0-d ones) made a 0-d
+    static array, so every static value has a shape and a dtype."""
+    if value is None or is_kiln(value) or isinstance(value, np.ndarray):
+        return value
+    if isinstance(value, (list, tuple)):
+        return [as_value(v) for v in value]
+    if isinstance(value, tirx.Expr) and is_symbolic(value):
+        out = np.empty((), dtype=object)
+        out[()] = value
+        return out
+    return np.asarray(dim(value) if isinstance(value, tirx.Expr) else value)
+
+
 def tensor_or_static(array, dtype=None) -> np.ndarray:
     """A static array in a kiln dtype (float64 constants stay float64)."""
     array = np.asarray(array)
@@ -152,9 +167,32 @@ def materialize(value, where: str):
         return value
     array = np.asarray(value)
     if array.dtype == object:
-        raise FrontendError("a shape with a symbolic dim is used as data; kiln computes such shapes only "
-                            "as shapes (reshape, expand)", where=where)
+        return _sizes_as_data(array, where)
     return tensor_or_static(array)
+
+
+def _sizes_as_data(array: np.ndarray, where: str):
+    """An array of sizes, some symbolic (an exported model's batch), as an
+    int64 tensor computed when the model runs: a symbolic size ``e`` is the
+    sum of ``e`` ones (a kernel of a few elements), the rest constants."""
+    from ..te import call  # noqa: PLC0415 - values.py is imported before any op runs
+    anchor = ANCHOR.get()
+    if anchor is None:
+        raise FrontendError("a symbolic size is used as data outside a trace", where=where)
+    items = []
+    for item in array.reshape(-1):
+        item = dim(item)
+        if isinstance(item, int):
+            items.append(np.asarray([item], np.int64))
+        else:
+            ones = anchored(np.ones((), np.int64), [item])
+            items.append(call("reshape", call("sum", call("broadcast_to", ones, shape=(item,))), shape=(1,)))
+    if all(isinstance(i, np.ndarray) for i in items):
+        return np.concatenate(items).reshape(array.shape)
+    from ..graph.trace import lift
+    items = [lift(i, anchor) for i in items]
+    flat = items[0] if len(items) == 1 else call("concatenate", *items, axis=0)
+    return call("reshape", flat, shape=array.shape)
 
 
 def resolve_reshape(in_shape, target, allow_zero: bool = False) -> tuple:
