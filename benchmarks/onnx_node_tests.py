@@ -83,7 +83,7 @@ def claimed_cases(op_filter=None, pattern=None, per_op=None) -> list:
     return out
 
 
-def _arrays(data_sets) -> list:
+def data_arrays(data_sets) -> list:
     """The data sets as numpy arrays (a few cases keep theirs as TensorProtos)."""
     from onnx import TensorProto, numpy_helper
 
@@ -111,6 +111,8 @@ def compare(got, want) -> str | None:
 
 
 def _check(outputs, expected) -> tuple:
+    if len(outputs) != len(expected):
+        return "fail", f"{len(outputs)} outputs, expected {len(expected)}"
     for k, (got, want) in enumerate(zip(outputs, expected)):
         problem = compare(got, want)
         if problem:
@@ -257,7 +259,7 @@ def main() -> None:
         parser.error("expected --jobs >= 1, --timeout > 0 and -n >= 1")
     cases = claimed_cases(set(args.op or ()), args.pattern, args.n)
     engines = ["kiln", "tvm"] if args.tvm else ["kiln"]
-    tasks = [(engine, case.model.SerializeToString(), _arrays(case.data_sets), case.name)
+    tasks = [(engine, case.model.SerializeToString(), data_arrays(case.data_sets), case.name)
              for _, case in cases for engine in engines]
     results = iter(run_all(tasks, args.jobs, args.timeout))
     rows = []
