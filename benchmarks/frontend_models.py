@@ -80,7 +80,7 @@ def run_model(name: str, batch: int, repeat: int, folder: Path) -> dict:
                          "onnxruntime": calls_sampler(lambda: session.run(None, arrays)),
                          "torch": calls_sampler(lambda: model(*args))}, repeat)
     for side, stats in times.items():
-        row[f"{side}_ms"] = round(stats["median"] * 1e3, 3)
+        row[f"{side}_ms"] = round(stats["median_s"] * 1e3, 3)
     row["kiln_over_ort"] = round(row["kiln_ms"] / row["onnxruntime_ms"], 2)
     row["kiln_over_torch"] = round(row["kiln_ms"] / row["torch_ms"], 2)
     return row
