@@ -69,14 +69,15 @@ def run_model(name: str, batch: int, repeat: int, folder: Path) -> dict:
         imported = from_torch(model, args) if frontend == "torch" else from_onnx(onnx_path)
         row[f"{frontend}_import_s"] = round(time.perf_counter() - start, 2)
         start = time.perf_counter()
-        path = kiln.export(imported, arrays, folder / f"{name}_{frontend}.so")
+        names_of = [spec.name for spec in imported.inputs]  # from_torch names them after the forward's parameters
+        path = kiln.export(imported, dict(zip(names_of, arrays.values())), folder / f"{name}_{frontend}.so")
         row[f"{frontend}_export_s"] = round(time.perf_counter() - start, 1)
         predictors[frontend] = Predictor(path)
-        got = predictors[frontend](**arrays)
+        got = predictors[frontend](*arrays.values())
         row[f"{frontend}_error"] = relative(got, want if frontend == "torch" else ort_out)
     kiln_call = predictors["onnx"]
     with torch.no_grad():
-        times = compare({"kiln": calls_sampler(lambda: kiln_call(**arrays)),
+        times = compare({"kiln": calls_sampler(lambda: kiln_call(*arrays.values())),
                          "onnxruntime": calls_sampler(lambda: session.run(None, arrays)),
                          "torch": calls_sampler(lambda: model(*args))}, repeat)
     for side, stats in times.items():
