@@ -16,8 +16,11 @@ what to run in a form every caller can carry out without knowing the
 algorithm: the op that computes the result and its attributes, the op that
 prepares the weight first (a pack or a transform: run once at export where
 the weight is constant, else in every call) and the channel block the input
-is read in. A new variant (depthwise, grouped, int8, 1x1 as a GEMM) is an op
-(``te/``), its template (``schedules/``) and one strategy registered here.
+is read in. A new variant (int8, 1x1 as a GEMM) is an op (``te/``), its
+template (``schedules/``) and one strategy registered here. Grouped and
+depthwise convolutions are ``conv2d``'s ``groups``: no strategy applies to
+them, and the direct kernel's template schedules them
+(``schedules/cpu/conv2d_grouped.py``).
 
 >>> import kiln
 >>> from kiln.te import get_op

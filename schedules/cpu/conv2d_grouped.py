@@ -106,7 +106,8 @@ def default_tile(width: int, vector: int, per_group: int, rows: tuple, lanes: in
     """(tile_ow, tile_oc, tile_oh) for vectors of ``vector`` columns: the
     tile with the most useful lane multiply-adds per cycle (``_cycles``)
     within ``register_budget``; on a tie, the more accumulators (fewer
-    passes over the taps), then the wider (fewer, longer rows to write)."""
+    passes over the taps), then the fewer loads per multiply-add, then the
+    wider (fewer, longer rows to write)."""
     budget = register_budget(lanes)(1)
     best, merit = (vector, 1, 1), None
     for ow in (d for d in divisors(width) if d % vector == 0):
@@ -119,7 +120,9 @@ def default_tile(width: int, vector: int, per_group: int, rows: tuple, lanes: in
                 if count > budget:
                     continue
                 taps = kernel[0] * kernel[1]
-                score = (oc * oh * ow * taps / _cycles(count, oc * taps, lines * columns, taps), count, ow)
+                useful = oc * oh * ow * taps
+                loads = oc * taps + lines * columns
+                score = (useful / _cycles(count, oc * taps, lines * columns, taps), count, -loads / useful, ow)
                 if merit is None or score > merit:
                     best, merit = (ow, oc, oh), score
     return best
