@@ -9,6 +9,8 @@ import time
 from importlib.metadata import version as installed_version
 from pathlib import Path
 
+from docutils import nodes
+from sphinx.util.docutils import SphinxDirective
 from sphinx_gallery.scrapers import figure_rst, matplotlib_scraper
 
 project = "kiln"
@@ -87,3 +89,30 @@ sphinx_gallery_conf = {
     "download_all_examples": False,  # each tutorial is one file in the repository
     "within_subsection_order": "FileNameSortKey",
 }
+
+
+class SupportedOps(SphinxDirective):
+    """``.. supported-ops:: onnx`` (or ``aten``): the op names ``kiln.frontend``
+    imports, read from its converter tables when the site builds, so the
+    list on the page is the one ``kiln ops --onnx`` / ``--aten`` prints."""
+
+    required_arguments = 1
+
+    def run(self):
+        from kiln.frontend import supported_aten_ops, supported_onnx_ops
+
+        lists = {"onnx": supported_onnx_ops, "aten": supported_aten_ops}
+        if self.arguments[0] not in lists:
+            raise self.error(f"supported-ops takes one of {', '.join(lists)}, got {self.arguments[0]!r}")
+        names = [name.removeprefix("aten.") for name in lists[self.arguments[0]]()]
+        paragraph = nodes.paragraph()
+        for i, name in enumerate(names):
+            if i:
+                paragraph += nodes.Text(", ")
+            paragraph += nodes.literal(name, name)
+        paragraph += nodes.Text(f" ({len(names)}).")
+        return [paragraph]
+
+
+def setup(app):
+    app.add_directive("supported-ops", SupportedOps)

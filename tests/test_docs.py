@@ -18,8 +18,8 @@ import pytest
 ROOT = Path(__file__).resolve().parent.parent
 TUTORIALS = sorted((ROOT / "tutorials").glob("[0-9][0-9]_*.py"))
 # the modules docs/api/index.rst documents
-MODULES = ["kiln", "kiln.te", "kiln.nn", "kiln.nn.functional", "kiln.autotune", "kiln.runtime", "kiln.graph",
-           "kiln.bench", "kiln.strategy"]
+MODULES = ["kiln", "kiln.te", "kiln.nn", "kiln.nn.functional", "kiln.autotune", "kiln.runtime", "kiln.frontend",
+           "kiln.graph", "kiln.bench", "kiln.strategy"]
 # what a build writes into docs/ (.gitignore lists them)
 GENERATED = ("_build", "auto_tutorials", "generated", "sg_execution_times.rst")
 
