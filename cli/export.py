@@ -26,8 +26,8 @@ def register(subparsers) -> None:
     parser.add_argument("--out", required=True, metavar="MODEL.so",
                         help="where to write the compiled module (replaced atomically; run it with kiln predict)")
     parser.add_argument("--input-shape", action="append", default=[], metavar="NAME=DIMS",
-                        help="an .onnx model's input shape, e.g. input=1x3x224x224 (repeated per input): needed for "
-                             "the dims the file leaves symbolic, besides the batch (the first dim stays dynamic)")
+                        help="an .onnx model's input shape, e.g. input_ids=Nx128 (repeated per input; N: any size): "
+                             "needed for the dims the file leaves symbolic besides the batch, which stays dynamic")
     parser.add_argument("--json", action="store_true",
                         help="print one JSON object (path, model, inputs) instead of a sentence")
     add_records_argument(parser)  # the tuned batch sizes get entries of their own (kiln.export's batches)
@@ -63,12 +63,12 @@ def parse_input_shapes(items: list[str]) -> dict:
     for item in items:
         name, sep, text = item.partition("=")
         dims = text.lower().split("x") if text.strip() else []
-        if not sep or not name or not dims or not all(d.isdigit() for d in dims):
-            raise FrontendError(f"got {item!r}, expected NAME=DIMS such as input=1x3x224x224", where="kiln export",
-                                arg="--input-shape")
+        if not sep or not name or not dims or not all(d.isdigit() or d == "n" for d in dims):
+            raise FrontendError(f"got {item!r}, expected NAME=DIMS such as input=Nx3x224x224 (N: any size)",
+                                where="kiln export", arg="--input-shape")
         if name in shapes:
             raise FrontendError(f"input {name!r} given twice", where="kiln export", arg="--input-shape")
-        shapes[name] = tuple(int(d) for d in dims)
+        shapes[name] = tuple(None if d == "n" else int(d) for d in dims)
     return shapes
 
 
@@ -86,10 +86,11 @@ def example_inputs(model, where: str = "kiln export") -> tuple[dict, bool]:
             shape[0] = 1
         unknown = [i for i, d in enumerate(shape) if d is None]
         if unknown:
+            example = "x".join("N" if i == 0 and d is None else "128" if d is None else str(d)
+                               for i, d in enumerate(spec.shape))
             raise FrontendError(f"input {spec.source!r} has symbolic dim(s) {unknown} besides the batch: give its "
-                                f"shape, e.g. --input-shape {spec.source}="
-                                + "x".join("N" if d is None else str(d) for d in spec.shape), where=where,
-                                arg="--input-shape")
+                                f"shape, e.g. --input-shape {spec.source}={example} (N keeps the batch dynamic; "
+                                f"the dims {unknown} as numbers)", where=where, arg="--input-shape")
         arrays[spec.name] = np.zeros(shape, spec.dtype)
     return arrays, dynamic
 
@@ -103,7 +104,8 @@ def _export_onnx(args, out) -> int:
     path = export(model, example, out, dynamic_batch=dynamic)
     inputs = {spec.name: [None if dynamic and i == 0 else int(d) for i, d in enumerate(example[spec.name].shape)]
               for spec in model.inputs}
-    info = {"path": str(path), "model": args.checkpoint, "inputs": inputs, "outputs": model.output_names}
+    outputs = ["out"] if len(model.output_names) == 1 else model.output_names  # as Predictor names them
+    info = {"path": str(path), "model": args.checkpoint, "inputs": inputs, "outputs": outputs}
     shown = ", ".join(f"{name} ({', '.join('N' if d is None else str(d) for d in dims)})"
                       for name, dims in inputs.items())
     print(json.dumps(info) if args.json else f"exported {args.checkpoint} to {path} (inputs {shown})")

@@ -28,7 +28,13 @@ OPSET_MIN = 7
 
 
 def supported_onnx_ops() -> list[str]:
-    """The ONNX op types kiln imports, sorted."""
+    """The ONNX op types kiln imports.
+
+    Returns
+    -------
+    list of str
+        The op types of the default domain, sorted (``kiln ops --onnx``).
+    """
     return sorted(CONVERTERS)
 
 
@@ -158,6 +164,8 @@ def _input_specs(graph, initializers, input_shapes) -> list:
         if any(a is not None and b is not None and a != b for a, b in zip(shape, spec.shape)):
             raise FrontendError(f"input {spec.source!r} is declared {list(spec.shape)}, got shape {shape}",
                                 where="kiln.frontend.from_onnx", arg="input_shapes")
+        if spec.shape and spec.shape[0] is None:  # the file's symbolic batch stays one: fixed are the others
+            shape = (None, *shape[1:])
         spec.shape = shape
     return specs
 
@@ -183,7 +191,8 @@ def from_onnx(model, input_shapes=None) -> ImportedModel:
     input_shapes : dict, optional
         ``{input name: shape}`` for inputs whose dims the file leaves
         symbolic (``dim_param``) and that an export needs fixed; ``None``
-        keeps a dim symbolic.
+        keeps a dim symbolic. A first dim the file leaves symbolic stays
+        the model's dynamic batch whatever is given for it.
 
     Returns
     -------

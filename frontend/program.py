@@ -38,7 +38,19 @@ class Step:
 
 
 class InputSpec:
-    """A model input: its name, dtype and shape (None for a symbolic dim)."""
+    """A model input: its name, dtype and shape.
+
+    Parameters
+    ----------
+    name : str
+        The name the model takes it by (an identifier).
+    dtype : str
+        One of ``kiln.te.DTYPES``.
+    shape : sequence of int or None
+        None for a symbolic dim (any size).
+    source : str, optional
+        Its name in the source graph, where that is not an identifier.
+    """
 
     def __init__(self, name: str, dtype: str, shape: Sequence, source: str | None = None):
         self.name, self.dtype, self.shape = name, dtype, tuple(shape)
@@ -62,6 +74,7 @@ class ImportedModel(Module):
     inputs : list of InputSpec
         The inputs the model takes, in order.
     output_names : list of str
+        The outputs' names in the source (the keys of a dict result).
     source : str
         ``"onnx"`` or ``"torch"``.
     """

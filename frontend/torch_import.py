@@ -25,7 +25,14 @@ _DROPPED_KWARGS = ("device", "layout", "pin_memory", "memory_format", "non_block
 
 
 def supported_aten_ops() -> list[str]:
-    """The ATen overloads (and Python size arithmetic) kiln imports, sorted."""
+    """The core ATen ops kiln imports.
+
+    Returns
+    -------
+    list of str
+        Overload names such as ``aten.convolution.default``, sorted
+        (``kiln ops --aten``); Python arithmetic on sizes is imported too.
+    """
     return sorted(name for name in ATEN if name.startswith("aten."))
 
 
