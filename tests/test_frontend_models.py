@@ -58,7 +58,7 @@ def _tokens(batch=2, seq=12):
     return ids, mask
 
 
-@pytest.mark.parametrize("name", ["resnet50", "mobilenet_v2"])
+@pytest.mark.parametrize("name", ["mobilenet_v2"])  # a ResNet from both frontends: tutorials/09_import_a_model.py
 def test_cnn_imports_from_both_frontends(name, tmp_path):
     model = _cnn(name)
     x = torch.randn(2, 3, 32, 32, generator=torch.Generator().manual_seed(1))
