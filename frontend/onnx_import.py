@@ -15,7 +15,6 @@ import functools
 import os
 from pathlib import Path
 
-import numpy as np
 
 from ..errors import FrontendError
 from . import onnx_math, onnx_nn, onnx_shape  # noqa: F401 - register the converters

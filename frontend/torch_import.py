@@ -18,7 +18,7 @@ from ..errors import FrontendError
 from . import aten_nn  # noqa: F401 - registers the nn converters
 from .aten_ops import ATEN
 from .program import ImportedModel, InputSpec, Step, parameter
-from .values import tensor_or_static, to_kiln_dtype
+from .values import tensor_or_static
 
 _WHERE = "kiln.frontend.from_torch"
 _DROPPED_KWARGS = ("device", "layout", "pin_memory", "memory_format", "non_blocking")

@@ -8,6 +8,7 @@ from typing import Callable
 import numpy as np
 
 import kiln
+from kiln.runtime import Predictor
 from kiln.te import Bounded, get_op
 from kiln.te.value import ValueOps
 
@@ -226,3 +227,32 @@ def conv_blocks(x_shape, w_shape, padding=1) -> tuple[int, int]:
     workload = get_op("conv2d").check([x_shape, w_shape], attrs={"padding": padding})
     block = packed_channels(workload, kiln.cpu())
     return block, -(-w_shape[0] // block)
+
+
+# -- exported graphs (test_graph*.py) --------------------------------------------------------------
+#: batch sizes an exported model is checked at
+BATCHES = (1, 7, 64)
+
+
+def bn_stats(model, x):
+    """Move BatchNorm's running statistics away from (0, 1) with a training pass."""
+    model.train()
+    model(kiln.Tensor(x))
+    model.eval()
+    return model
+
+
+def exported_matches(model, x, tmp_path, rtol=1e-5):
+    """Export ``model`` and check it against its eager forward at each of ``BATCHES``."""
+    predictor = Predictor(kiln.export(model, x[:1], tmp_path / "m.so"))
+    for batch in BATCHES:
+        want = model(kiln.Tensor(x[:batch])).numpy()
+        got = predictor(x[:batch])
+        scale = np.max(np.abs(want)) + 1e-12
+        assert np.max(np.abs(got - want)) / scale < rtol, batch
+    return predictor
+
+
+def node_names(graph):
+    """The graph's node names, in order."""
+    return [n.name for n in graph.nodes]

@@ -116,8 +116,8 @@ def test_every_op_of_several_inputs_promotes():
     for name in list_ops():
         op = get_op(name)
         if op.arity is not None and op.arity < 2 or name in (
-                "masked_select", "masked_scatter", "softmax_cross_entropy", "where", "take", "take_grad", "gather_elements",
-                "gather_elements_grad"):  # mask or labels: not promoted
+                "masked_select", "masked_scatter", "softmax_cross_entropy", "where",  # mask or labels: not promoted
+                "take", "take_grad", "gather_elements", "gather_elements_grad"):  # nor indices
             continue
         case = FIRST[name]
         dtypes = ["float64"] + ["float32"] * (len(case.shapes) - 1)
