@@ -309,11 +309,8 @@ def index(x, indices):
 
 
 def _static_fill(size, value, dtype):
-    dims = [dim(d) for d in size]
     dtype = dtype or ("float32" if isinstance(value, float) else "bool" if isinstance(value, bool) else "int64")
-    if all(isinstance(d, int) for d in dims):
-        return np.full(dims, value, dtype=dtype)
-    return ops.expand(materialize(np.asarray(value, dtype=dtype), "full"), dims)
+    return ops.full(size, value, dtype)
 
 
 @aten("full.default")

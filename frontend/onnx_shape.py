@@ -131,10 +131,7 @@ def constant_of_shape(node, shape):
     value = node.attr("value")
     fill = numpy_helper.to_array(value).reshape(-1)[0] if value is not None else np.float32(0)
     fill = tensor_or_static(np.asarray(fill))
-    dims = ints(shape, "shape", node.where)
-    if all(isinstance(d, int) for d in dims):
-        return np.full(dims, fill, dtype=fill.dtype)
-    return ops.expand(materialize(fill.reshape(()), "ConstantOfShape"), dims)
+    return ops.full(ints(shape, "shape", node.where), fill.reshape(()), str(fill.dtype))
 
 
 @converter("Range")

@@ -163,6 +163,15 @@ def expand(x, target):
     return x if shape_of(x) == shape else call("broadcast_to", anchored(x, shape), shape=shape)
 
 
+def full(dims, value, dtype: str):
+    """An array of ``dims`` holding ``value``: static when the dims are, else
+    the value broadcast to the symbolic shape."""
+    dims = [dim(d) for d in dims]
+    if all(isinstance(d, int) for d in dims):
+        return np.full(dims, value, dtype=dtype)
+    return expand(np.asarray(value, dtype=dtype), dims)
+
+
 def concat(values, axis: int):
     if not any(is_kiln(v) for v in values):
         arrays = [np.asarray(v) for v in values]

@@ -148,18 +148,6 @@ def kiln_dtype(value) -> str:
     return str(value.dtype)
 
 
-def cast(value, dtype: str):
-    """``value`` in ``dtype``: a kernel for a kiln value, numpy for a static one."""
-    if is_kiln(value):
-        return value if kiln_dtype(value) == dtype else call("cast", value, dtype=dtype)
-    array = np.asarray(value)
-    if array.dtype == object:
-        if dtype in ("int32", "int64"):
-            return array
-        raise FrontendError(f"a symbolic shape cannot be cast to {dtype}", where="kiln.frontend")
-    return array.astype(dtype)
-
-
 def materialize(value, where: str):
     """A static value made usable as a kernel's operand (a numpy array the
     backend turns into a constant); symbolic dims cannot be."""
@@ -175,7 +163,6 @@ def _sizes_as_data(array: np.ndarray, where: str):
     """An array of sizes, some symbolic (an exported model's batch), as an
     int64 tensor computed when the model runs: a symbolic size ``e`` is the
     sum of ``e`` ones (a kernel of a few elements), the rest constants."""
-    from ..te import call  # noqa: PLC0415 - values.py is imported before any op runs
     anchor = ANCHOR.get()
     if anchor is None:
         raise FrontendError("a symbolic size is used as data outside a trace", where=where)
