@@ -13,14 +13,14 @@ def register(subparsers) -> None:
     parser = subparsers.add_parser(
         "bench", help="time an op's kernel against numpy, or run a benchmark suite (--suite)",
         description="`kiln bench OP --shape S`: one kernel against its numpy reference. "
-                    "`kiln bench --suite cpu|train|inference|all`: a suite against its references. "
+                    "`kiln bench --suite cpu|train|inference|models|all`: a suite against its references. "
                     "ratio = kiln's speed / the reference's: above 1 kiln is faster.")
     add_op_arguments(parser, required=False)
     parser.add_argument("--repeat", type=positive_int, default=None,
                         help="interleaved timed samples of each side (default 10; 3 with --quick)")
     parser.add_argument("--json", action="store_true", help="print one JSON object")
     parser.add_argument("--suite", metavar="SUITES",
-                        help="run suites instead of one op: cpu, train, inference (comma-separated) or all")
+                        help="run suites instead of one op: cpu, train, inference, models (comma-separated) or all")
     parser.add_argument("--quick", action="store_true", help="suites: small sizes and 3 samples (a smoke test)")
     parser.add_argument("--markdown", metavar="FILE",
                         help="suites: also write the results as Markdown; {cpu} in FILE becomes the LLVM CPU "
@@ -47,7 +47,7 @@ def run(args) -> int:
         raise AttrError(f"{', '.join(suite_only)}: for --suite only, not for one op", arg=suite_only[0])
     if not args.op or not args.shape:
         raise KilnError("kiln bench needs an op and its --shape (kiln bench matmul --shape 1024x1024x1024) "
-                        "or --suite cpu|train|inference|all")
+                        "or --suite cpu|train|inference|models|all")
     return _run_op(args)
 
 

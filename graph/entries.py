@@ -7,10 +7,17 @@ for those rows; a tuned batch size gets an entry compiled for it
 (``graph.lower.build_module``). The thresholds below were set on the digits
 MLP and CNN exports, each call timed interleaved before and after (the
 models of ``kiln bench --suite inference``); the figures, per machine, are
-in ``benchmarks/RESULTS.md`` ("The batch-entry thresholds")."""
+in ``benchmarks/RESULTS.md`` ("The batch-entry thresholds").
+
+A kernel's rows are what its symbolic dims come to at a batch: the batch
+itself for an image model's convolution, ``batch * 128`` for the dense
+layers of a transformer on 128 tokens (a batch of 1 is 128 rows, no GEMV),
+``batch * 12`` for its attention's batched products."""
 from __future__ import annotations
 
 import numpy as np
+
+from .ir import concrete
 
 #: multiply-adds (or elements, for kernels with no arithmetic to speak of)
 #: below which a kernel runs on one thread: a parallel launch costs a few
@@ -32,37 +39,42 @@ def _one_thread(space: dict) -> dict:
     return {k: 0 for k in space if k.split(".")[-1].split("_")[-1] == "parallel"}  # parallel, pad.parallel, x_parallel
 
 
-def _elements(shape, rows: int) -> int:
-    """Elements of ``shape`` with each symbolic dim (the batch) ``rows``."""
-    return int(np.prod([d if isinstance(d, int) else rows for d in shape]))
+def _elements(shape, batch: int) -> int:
+    """Elements of ``shape`` with its symbolic dims at ``batch``."""
+    return int(np.prod(concrete(tuple(shape), batch)))
 
 
-def _work(workload, rows: int) -> float:
-    """Multiply-adds (or output elements) of ``rows`` rows of the batch."""
-    shapes = [tuple(d if isinstance(d, int) else rows for d in s) for s in workload.shapes]
-    elements = sum(_elements(s, rows) for s in workload.out_shapes)
+def _work(workload, batch: int) -> float:
+    """Multiply-adds (or output elements) of the workload at ``batch``."""
+    shapes = [concrete(tuple(s), batch) for s in workload.shapes]
+    elements = sum(_elements(s, batch) for s in workload.out_shapes)
     return max(workload.op.flops(shapes, **workload.attrs) / 2, elements)
 
 
-def _activation_bytes(workload, rows: int) -> int:
-    """Bytes of the first input and the outputs at ``rows`` rows."""
+def _activation_bytes(workload, batch: int) -> int:
+    """Bytes of the first input and the outputs at ``batch``."""
     pairs = [(workload.shapes[0], workload.dtypes[0]), *zip(workload.out_shapes, workload.out_dtypes)]
-    return sum(_elements(s, rows) * np.dtype(dtype).itemsize for s, dtype in pairs)
+    return sum(_elements(s, batch) * np.dtype(dtype).itemsize for s, dtype in pairs)
 
 
-def _threads(space: dict, workload, rows: int) -> dict:
-    """One thread when ``rows`` rows of ``workload`` are less than
-    ``PARALLEL_WORK`` and move less than ``PARALLEL_BYTES``."""
-    small = _work(workload, rows) < PARALLEL_WORK and _activation_bytes(workload, rows) < PARALLEL_BYTES
+def _threads(space: dict, workload, batch: int) -> dict:
+    """One thread when the workload at ``batch`` is less than
+    ``PARALLEL_WORK`` and moves less than ``PARALLEL_BYTES``."""
+    small = _work(workload, batch) < PARALLEL_WORK and _activation_bytes(workload, batch) < PARALLEL_BYTES
     return _one_thread(space) if small else {}
 
 
 def _few_rows_config(space: dict, workload) -> dict:
     """Knob values for a kernel serving a batch of 1-8: the template's own
-    ``few_rows`` schedule where it has one (it decides its threads from the
-    work), else one thread (for so few rows a parallel launch costs more
-    than it saves)."""
-    return {"few_rows": 1} if "few_rows" in space else _one_thread(space)
+    ``few_rows`` schedule where it has one and a batch of 8 gives it at most
+    8 rows (a transformer's dense layer gets 8 x its tokens: the defaults'
+    register tiles); else the template's defaults, on one thread where a
+    batch of 1 is below ``PARALLEL_WORK`` and ``PARALLEL_BYTES`` (the
+    digits models' layers: for so little work a parallel launch costs more
+    than it saves; a 224x224 image's convolutions run on every thread)."""
+    if "few_rows" in space and _elements(workload.shapes[0][:-1], 8) <= 8:
+        return {"few_rows": 1}
+    return _threads(space, workload, 1)
 
 
 def _some_rows_config(space: dict, workload) -> dict:

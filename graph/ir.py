@@ -230,12 +230,12 @@ class Graph:
             if v.is_const:
                 return v
             if id(v) not in env:
-                env[id(v)] = Value(_concrete(v.shape, batch), v.dtype, name=v.name)
+                env[id(v)] = Value(concrete(v.shape, batch), v.dtype, name=v.name)
             return env[id(v)]
 
         def copy_node(node: Node) -> Node:
-            new = Node(node.op, _concrete(node.attrs, batch), [copy(v) for v in node.inputs],
-                       epilogue=[(op, _concrete(attrs, batch), [copy(v) for v in others])
+            new = Node(node.op, concrete(node.attrs, batch), [copy(v) for v in node.inputs],
+                       epilogue=[(op, concrete(attrs, batch), [copy(v) for v in others])
                                  for op, attrs, others in node.epilogue], inplace=node.inplace,
                        prologue=node.prologue and copy_node(node.prologue))
             for v in node.outputs:
@@ -268,13 +268,13 @@ class Graph:
         return "\n".join(lines)
 
 
-def _concrete(item, batch: int):
+def concrete(item, batch: int):
     """``item`` (a shape, an attribute dict, a tuple of dims...) with its
     symbolic expressions evaluated at ``batch`` for every variable."""
     if isinstance(item, dict):
-        return {k: _concrete(v, batch) for k, v in item.items()}
+        return {k: concrete(v, batch) for k, v in item.items()}
     if isinstance(item, (tuple, list)):
-        return type(item)(_concrete(v, batch) for v in item)
+        return type(item)(concrete(v, batch) for v in item)
     if isinstance(item, tvm.ir.expr.Expr) and not isinstance(item, tvm.tirx.IntImm):
         analyzer = Analyzer()
         for var in tvm.tirx.analysis.undefined_vars(item):

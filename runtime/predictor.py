@@ -277,7 +277,7 @@ class Predictor:
 
         def instrument(func, symbol, before, ret, *args):  # noqa: ARG001 - the hook's fixed signature
             if before and library is not None and library.implements_function(symbol):
-                calls.append((symbol, [a for a in args if isinstance(a, tvm.runtime.Tensor)]))
+                calls.append((symbol, list(args)))  # tensors, and the sizes of a kernel's symbolic dims
             return 0
 
         vm = relax.VirtualMachine(self._lib, tvm.cpu())
@@ -287,7 +287,8 @@ class Predictor:
         rows = []
         for symbol, tensors in calls:
             timer = library.time_evaluator(symbol, tvm.cpu(), number=1, repeat=repeat)
-            rows.append({"kernel": symbol, "shapes": [tuple(a.shape) for a in tensors],
+            rows.append({"kernel": symbol, "shapes": [tuple(a.shape) for a in tensors
+                                                      if isinstance(a, tvm.runtime.Tensor)],
                          "ms": 1e3 * float(timer(*tensors).median)})
         rows.sort(key=lambda row: -row["ms"])
         total_ms = 1e3 * _median_seconds(lambda: self(*arrays), repeat)
