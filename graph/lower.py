@@ -29,6 +29,7 @@ from .align import input_params, unaligned
 from .entries import ENTRIES, entry_configure, settle
 from .intask import compute_in_task, reduce_in_task
 from .ir import Graph, Node
+from .share import merge_part
 
 
 def _compute(node: Node):
@@ -114,7 +115,8 @@ def build_module(graph: Graph, meta: dict, target, dynamic_batch: bool = True, b
     listed (the Predictor picks the first that serves a batch). Each of
     ``batches`` (with a dynamic batch) gets an entry of its own before them,
     ``main_b<N>``: the graph at that batch, whose kernels of static shapes
-    take their tuned configs."""
+    take their tuned configs. A kernel two entries schedule alike is
+    compiled once (``graph.share``)."""
     parts, listed = [], []
     for batch in batches if dynamic_batch else ():
         parts.append((graph.specialized(batch), f"main_b{batch}", f"_b{batch}", entry_configure(batch)))
@@ -122,15 +124,10 @@ def build_module(graph: Graph, meta: dict, target, dynamic_batch: bool = True, b
     for name, max_batch, configure in ENTRIES if dynamic_batch else ENTRIES[-1:]:
         parts.append((graph, name, "" if name == "main" else name[4:], configure))
         listed.append({"name": name} if max_batch is None else {"name": name, "max_batch": max_batch})
-    mod = None
+    mod, seen = None, {}
     for part_graph, name, suffix, configure in parts:
         part, kernels = to_relax(part_graph, name, suffix, unaligned_inputs=True)
-        part = schedule_kernels(part, kernels, target, configure)
-        if mod is None:
-            mod = part
-        else:
-            for gv, func in part.functions_items():
-                mod[gv] = func
+        mod = merge_part(mod, schedule_kernels(part, kernels, target, configure), seen)
     bb = relax.BlockBuilder()
     with bb.function("kiln_metadata", []):
         data = json.dumps({**meta, "entries": listed}).encode()

@@ -171,7 +171,7 @@ class Conv2d(Op):
         tap = (lambda o, c, y, z: w[o, c, y, z]) if layout == "NCHW" else (lambda o, c, y, z: w[y, z, c, o])
         xp = pad_spatial(x, layout, padding, tirx.const(0, dtype_of(x)), "conv2d_pad")
         # a grouped conv's template copies the padding per task: a test per product would only cost there
-        skip = groups == 1 and skips_padding(layout, tuple(x.shape), out, padding)
+        skip = groups == 1 and skips_padding(layout, tuple(x.shape), out, padding, tuple(w.shape[2:4]))
         keep = _inside(tuple(x.shape), padding) if skip else None
         kernel = _kernel_dims(tuple(w.shape), layout)
         return _direct(self, lambda n, c, y, z: xp(*join_nchw(layout, n, c, y, z)), tap, kernel[1:], out, dt,
@@ -239,18 +239,25 @@ def _out_shape(op: str, x, w, kernel: tuple, layout: str, stride, padding, dilat
 #: a conv2d whose output map is at most this many rows and columns leaves out the products of padded taps
 #: (``skips_padding``); a template unrolls the map so the test is a constant of each product
 SKIP_PADDING_MAX = 16
+#: the most products per output channel (output positions x kernel taps) of
+#: an unrolled map: a 16 x 16 map under a 3x3 kernel. LLVM's time grows with
+#: the unrolled code: a 7x7 stem on a 16 x 16 map (12,544) took 17 s to compile
+SKIP_PADDING_MAX_STEPS = 16 * 16 * 9
 
 
-def skips_padding(layout: str, x_shape, out_shape, padding) -> bool:
+def skips_padding(layout: str, x_shape, out_shape, padding, kernel) -> bool:
     """Whether an NCHW conv2d leaves out the products that read its zero
     padding instead of multiplying by zero, as oneDNN's kernels do: on a 7x7
     map with a 3x3 kernel 18% of the products, on 14x14 9%. Only for static
-    maps of at most ``SKIP_PADDING_MAX`` rows and columns, which a template
-    unrolls whole (each product's test then folds away); elsewhere the test
-    would stay in the loop."""
-    dims = (*x_shape[2:4], *out_shape[2:4])
-    return (layout == "NCHW" and any(padding) and all(isinstance(static(d), int) for d in dims)
-            and max(static(d) for d in out_shape[2:4]) <= SKIP_PADDING_MAX)
+    maps of at most ``SKIP_PADDING_MAX`` rows and columns and
+    ``SKIP_PADDING_MAX_STEPS`` products per channel (``kernel``: its rows and
+    columns), which a template unrolls whole (each product's test then folds
+    away); elsewhere the test would stay in the loop."""
+    dims = (*x_shape[2:4], *out_shape[2:4], *kernel)
+    if layout != "NCHW" or not any(padding) or not all(isinstance(static(d), int) for d in dims):
+        return False
+    oh, ow, kh, kw = (static(d) for d in (*out_shape[2:4], *kernel))
+    return max(oh, ow) <= SKIP_PADDING_MAX and oh * ow * kh * kw <= SKIP_PADDING_MAX_STEPS
 
 
 def _inside(x_shape, padding):

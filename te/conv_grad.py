@@ -174,7 +174,8 @@ def data_skips_padding(gy_shape, out_shape, w_shape, stride, padding, dilation) 
     ``SKIP_PADDING_MAX``, which its template unrolls whole): stride 1, no
     side where a padding wider than the kernel crops ``gy`` instead."""
     low = border(w_shape, padding, dilation)
-    return tuple(stride) == (1, 1) and min(low) >= 0 and skips_padding("NCHW", gy_shape, out_shape, low)
+    return tuple(stride) == (1, 1) and min(low) >= 0 and skips_padding("NCHW", gy_shape, out_shape, low,
+                                                                                     w_shape[2:4])
 
 
 @register

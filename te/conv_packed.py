@@ -109,7 +109,8 @@ class Conv2dPacked(Op):
         # an output channel is (block, lane): the output's own axes 1 and 4 when blocked
         split = (lambda i: (i[0], (i[1], i[4]), i[2], i[3])) if out_block else \
             (lambda i: (i[0], (i[1] // oc, i[1] % oc), i[2], i[3]))
-        keep = _inside(tuple(x.shape), padding) if skips_padding("NCHW", tuple(x.shape), out, padding) else None
+        keep = _inside(tuple(x.shape), padding) if skips_padding("NCHW", tuple(x.shape), out, padding,
+                                                                       tuple(w.shape[2:4])) else None
         return _direct(self, read, lambda o, c, y, z: w[o[0], c, y, z, o[1]], tuple(w.shape[1:4]), out,
                        promote(self.name, dtype_of(x), dtype_of(w)), split, stride, dilation, keep)
 

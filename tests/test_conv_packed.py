@@ -287,7 +287,7 @@ def test_a_small_padded_map_leaves_the_padding_products_out_of_the_code():
     ((3, 16, 7, 7), (32, 16, 3, 3), {"padding": 1}),
     ((2, 8, 14, 14), (16, 8, 3, 3), {"padding": 1, "stride": 2}),
     ((1, 8, 12, 12), (32, 8, 3, 3), {"padding": 2, "dilation": 2}),
-    ((2, 3, 16, 16), (16, 3, 5, 5), {"padding": 2}),
+    ((2, 3, 8, 8), (16, 3, 5, 5), {"padding": 2}),  # a 16 x 16 map would be too many taps to unroll
 ])
 @pytest.mark.parametrize("unroll_map", [0, 1])
 def test_leaving_the_padding_products_out_computes_the_same(x_shape, w_shape, attrs, unroll_map):

@@ -86,3 +86,27 @@ def test_an_export_for_cuda_is_refused_before_compiling(tmp_path):
     with pytest.raises(ExportError, match="expected the CPU"):
         kiln.export(_mlp(), np.zeros((2, 64), "float32"), tmp_path / "model.so", target="cuda")
     assert not (tmp_path / "model.so").exists()
+
+
+def test_entries_that_schedule_a_kernel_alike_share_it(tmp_path):
+    """A conv on 3x32x32 images runs the template's defaults on every thread
+    in each batch entry: the module holds each such kernel once
+    (``graph/share.py``), and every entry still computes the model."""
+    import tvm
+    from kiln.graph import optimize, trace
+    from kiln.graph.entries import ENTRIES
+    from kiln.graph.lower import build_module
+
+    nn.init.manual_seed(0)
+    model = nn.Sequential(nn.Conv(3, 32, 3), nn.ReLU(), nn.Conv(32, 32, 3)).eval()
+    x = np.random.default_rng(0).standard_normal((1, 3, 32, 32)).astype(np.float32)
+    graph = optimize(trace(model, x), kiln.cpu())
+    mod = build_module(graph, {}, kiln.cpu())
+    kernels = [gv.name_hint for gv, f in mod.functions_items() if isinstance(f, tvm.tirx.PrimFunc)
+               and gv.name_hint.startswith("conv2d")]
+    convs = sum(n.op.name.startswith("conv2d") for n in graph.nodes)
+    assert len(kernels) < convs * len(ENTRIES), kernels
+    predictor = Predictor(kiln.export(model, x, tmp_path / "m.so", batches=()))
+    for batch in (1, 9, 40):  # one batch per entry
+        xb = np.random.default_rng(batch).standard_normal((batch, 3, 32, 32)).astype(np.float32)
+        np.testing.assert_allclose(predictor(xb), model(kiln.Tensor(xb)).numpy(), rtol=1e-4, atol=1e-4)

@@ -151,7 +151,7 @@ def schedule_conv2d(sch, block, cfg: Config) -> NotApplicable | None:
     if not nchw:
         _schedule_nhwc(sch, roles, cfg)
         return None
-    skip = skips_padding("NCHW", wl.shapes[0], wl.out_shapes[0], wl.attrs["padding"])
+    skip = skips_padding("NCHW", wl.shapes[0], wl.out_shapes[0], wl.attrs["padding"], wl.shapes[1][2:4])
     schedule_nchw(sch, roles, cfg, skip, PackedWeight(static(wl.shapes[1][4])) if packed else OIHW)
     return None
 
