@@ -146,7 +146,7 @@ class Tanh(Unary):
     grad_inputs = ()
     grad_output = True
     floating = True
-    expr = staticmethod(tirx.tanh)
+    expr = staticmethod(fastmath.tanh)
     reference = staticmethod(np.tanh)
 
     def gradient(self, g, node):
