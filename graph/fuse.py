@@ -11,7 +11,11 @@ the intermediate is never written to memory (``graph.lower`` inlines the
 epilogue into the producer's last block). An op with ``Op.relu_attr``
 (``dense``) takes a following relu as its own ``relu`` attribute, the
 epilogue its template already computes. Views (``Op.view``: reshapes) are
-left alone: they lower to views, not kernels.
+left alone: they lower to views, not kernels; but a reshape between a
+producer and an elementwise consumer (a transformer's dense layer writes
+``(batch * 128, 3072)`` rows that a ``(batch, 128, 3072)`` GELU reads) is
+moved after the consumer (``_sink_view``), its other operands reshaped
+alike where they have the view's shape, so the consumer joins the producer.
 
 ``fuse_pools`` (after the layout pass) gives a reduction the same treatment
 where the producer's schedule allows it: a channel-blocked pooling
@@ -33,13 +37,58 @@ that reads it, and one launch fewer).
 from __future__ import annotations
 
 import numpy as np
+import tvm_ffi
 
 from ..te import get_op
-from .ir import Graph, Node
+from .ir import Graph, Node, Value
 
 RELU = get_op("relu")
 #: the most bytes of a prologue's output per image (``fuse_prologues``)
 PROLOGUE_BYTES = 16 << 10
+
+
+RESHAPE = get_op("reshape")
+
+
+def _same_dims(a, b) -> bool:
+    return a is b or (isinstance(a, int) and isinstance(b, int) and a == b) or \
+        (not isinstance(a, int) and not isinstance(b, int) and tvm_ffi.structural_equal(a, b))
+
+
+def _sink_view(graph: Graph, out) -> bool:
+    """Where ``out``'s sole reader is a reshape whose sole reader is an
+    elementwise op (reading it first, or either operand of a commutative
+    op), apply that op to ``out`` and reshape its result instead; return
+    whether it did. Each other operand of the op of the view's shape is
+    reshaped to ``out``'s (a view); one of lower rank must broadcast the same
+    against either shape (its dims among their shared trailing dims)."""
+    view = graph.sole_user(out)
+    if view is None or view.op is not RESHAPE or len(view.outputs) != 1:
+        return False
+    viewed = view.outputs[0]
+    user = graph.sole_user(viewed)
+    if user is None or not user.op.elementwise or user.epilogue or user.outputs[0].shape != viewed.shape:
+        return False
+    if user.inputs[0] is not viewed and not (user.op.commutative and user.inputs[1] is viewed):
+        return False
+    trailing = 0
+    while trailing < min(len(out.shape), len(viewed.shape)) and \
+            _same_dims(out.shape[-1 - trailing], viewed.shape[-1 - trailing]):
+        trailing += 1
+    others = [v for v in user.inputs if v is not viewed]
+    if not all(v.shape == viewed.shape or len(v.shape) <= trailing for v in others):
+        return False
+    if user.inputs[0] is not viewed:
+        user.inputs = [user.inputs[1], user.inputs[0]]
+    user.inputs = [out] + [graph.insert(user, RESHAPE, {"shape": out.shape}, v, f"{v.name}.as_rows")
+                           if v.shape == viewed.shape and len(v.shape) > trailing else v for v in user.inputs[1:]]
+    result = user.outputs[0]
+    moved = Value(out.shape, result.dtype, node=user, name=f"{result.name}.rows")
+    user.outputs = [moved]
+    view.inputs, view.outputs, result.node = [moved], [result], view
+    graph.nodes.remove(view)
+    graph.nodes.insert(graph.nodes.index(user) + 1, view)
+    return True
 
 
 def _absorbable(graph: Graph, node: Node) -> Node | None:
@@ -47,6 +96,7 @@ def _absorbable(graph: Graph, node: Node) -> Node | None:
     if len(node.outputs) != 1 or node.op.data_dependent or node.op.view:
         return None
     out = node.outputs[0]
+    _sink_view(graph, out)
     user = graph.sole_user(out)
     if user is None or not user.op.elementwise or user.epilogue or user.outputs[0].shape != out.shape:
         return None

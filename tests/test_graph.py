@@ -341,3 +341,34 @@ def test_build_library_refuses_inputs_that_are_not_one_batch(tmp_path):
     with pytest.raises(kiln.errors.ExportError, match="other than 'out'"):
         build_library(graph, tmp_path / "g.so")
     assert not (tmp_path / "g.so").exists()
+
+
+def test_an_elementwise_op_after_a_reshape_joins_the_dense_before_it(tmp_path):
+    """A transformer's feed-forward layer as PyTorch exports it: the dense
+    layer on ``(batch * 8, 16)`` rows, a view back to ``(batch, 8, 32)``, then
+    GELU and a residual add. The reshape moves after them (graph/fuse.py), so
+    both join the dense layer's write-back, and the export still matches."""
+    torch = pytest.importorskip("torch", reason="the PyTorch frontend needs torch")
+    from kiln.frontend import from_torch
+    from kiln.graph.export import inference_graph
+
+    class FeedForward(torch.nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.fc = torch.nn.Linear(16, 32)
+
+        def forward(self, x, residual):
+            return torch.nn.functional.gelu(self.fc(x)) + residual
+
+    torch.manual_seed(0)
+    net = FeedForward().eval()
+    x, r = torch.randn(3, 8, 16), torch.randn(3, 8, 32)
+    imported = from_torch(net, (x[:2], r[:2]))
+    example = {"x": x[:1].numpy(), "residual": r[:1].numpy()}
+    kernels = [n.name for n in inference_graph(imported, example, kiln.cpu()).nodes if not n.op.view]
+    assert kernels == ["dense_packed_gelu_add"], kernels
+    predictor = Predictor(kiln.export(imported, example, tmp_path / "ff.so", batches=()))
+    with torch.no_grad():
+        for batch in (1, 3):
+            np.testing.assert_allclose(predictor(x[:batch].numpy(), r[:batch].numpy()),
+                                       net(x[:batch], r[:batch]).numpy(), rtol=1e-5, atol=1e-5)
