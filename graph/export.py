@@ -4,7 +4,8 @@
 that did not come from a traced model (a frontend's): ``trace`` the model's
 eval-mode forward into a ``Graph`` (``graph.trace``); ``optimize`` it —
 affine chains such as eval BatchNorm folded into the conv/dense weights
-(``graph.fold``), elementwise consumers fused into their producers
+(``graph.fold``), GELU written as its formula made one op
+(``graph.patterns``), elementwise consumers fused into their producers
 (``graph.fuse``), constant weights packed into their kernel's layout or
 transformed for a Winograd convolution (``graph.implement``: what
 ``kiln.strategy`` chooses), a channel-blocked layout carried from
@@ -37,6 +38,7 @@ from ..te.shapes import is_static
 from ..version import __version__
 from .fold import fold_affine
 from .fuse import fuse_epilogues, fuse_pools, fuse_prologues
+from .patterns import fuse_activations
 from .implement import implement
 from .ir import Graph
 from .layout import block_layouts
@@ -50,12 +52,14 @@ MAX_TUNED_BATCHES = 4
 
 def optimize(graph, target=None, winograd: bool = True):
     """Run the export passes over ``graph`` in order, in place, and return it:
+    make an activation written out as arithmetic (GELU's formula) its op,
     fold affine chains into weights, fuse elementwise epilogues, pre-pack
     constant weights for ``target`` (default the CPU; 3x3 stride-1 convs as
     Winograd convolutions unless ``winograd=False``), carry channel-blocked
     layouts between the packed convolutions, fuse a global pool into the
     Winograd convolution it reads and a small direct convolution into the
     Winograd convolution reading it."""
+    fuse_activations(graph)
     fold_affine(graph)
     fuse_epilogues(graph)
     implement(graph, as_target(target), winograd)
