@@ -53,6 +53,7 @@ class TaskState:
     since_best: int = 0
     stopped: str = ""         # why it gets no more rounds ("" while it may)
     round_s: float = 0.0      # wall seconds of its last round
+    round_n: int = 0          # trials its last round measured
     measured_now: int = 0     # trials this run measured
     confirmed: bool = False   # its best re-timed at the end of this run
     history: list = field(default_factory=list)
@@ -94,6 +95,11 @@ class Schedule:
     @property
     def measured_all(self) -> bool:
         return all(s.best_s < math.inf or s.stopped for s in self.states)
+
+    @property
+    def unreached(self) -> list:
+        """The tasks no round reached (the budget ended first): they run untuned."""
+        return [s for s in self.states if not s.history and not s.stopped]
 
 
 class TaskScheduler:
@@ -203,17 +209,27 @@ class TaskScheduler:
         return state.calls * (self.alpha * backward + (1 - self.alpha) * forward)
 
     def _round_size(self, plan: Schedule, state: TaskState) -> int:
-        """The next round's trials: ``round_trials`` within the trial budget;
-        none when the time left is less than the round is expected to take
-        (its task's last round, else the mean round of the others) and the
-        confirmations after it, so a run ends before its budget rather than
-        after it."""
+        """The next round's trials: ``round_trials`` within the trial budget.
+        Under a time budget, a task's first round while others still wait
+        for theirs takes no more than its share of the time left (at least
+        its baseline), so the budget reaches every task; and a round gets no
+        trials when the time left is less than it is expected to take (at
+        its task's last seconds per trial, else the mean of the others') and
+        the confirmations after it, so a run ends before its budget rather
+        than after it."""
         n = self.round_trials
         if plan.trial_budget is not None:
             n = min(n, plan.trial_budget - plan.trials)
         if plan.budget_s is not None and n > 0:
-            rounds = [s.round_s for s in plan.states if s.round_s]
-            expected = state.round_s or (sum(rounds) / len(rounds) if rounds else 0.0)
+            per_trial = _seconds_per_trial(plan, state)
+            if not state.history:  # a first round: its share of the time left, else what fits
+                untried = len(plan.unreached)
+                left = plan.budget_s - plan.elapsed - self._confirm_reserve(plan, state, 0.0)
+                if per_trial:
+                    n = min(n, int(left / untried / per_trial) or int(left / per_trial))
+                elif untried > 1:  # before any round: a share of the trials
+                    n = max(1, n // untried)
+            expected = n * per_trial
             if plan.elapsed + expected + self._confirm_reserve(plan, state, expected) > plan.budget_s:
                 n = 0
         return n
@@ -244,7 +260,7 @@ class TaskScheduler:
         state.trials = len(found)
         if measured:
             state.measured_now += new
-            state.round_s = seconds
+            state.round_s, state.round_n = seconds, max(new, 1)
             state.history.append((state.trials, state.best_s))
             if new < measured:
                 state.stopped = "space exhausted"
@@ -265,6 +281,15 @@ class TaskScheduler:
         confirm(task.task, self.records, first=task.baseline, runner=self.runner, builder=self.builder,
                 tuner=self.tuner, seed=self.seed)
         return rec.load(self.records, task.task.key)
+
+
+def _seconds_per_trial(plan: Schedule, state: TaskState) -> float:
+    """Seconds a trial of ``state`` is expected to take: its last round's,
+    else the mean of the other tasks' rounds (0 before any round)."""
+    if state.round_n:
+        return state.round_s / state.round_n
+    rounds = [(s.round_s, s.round_n) for s in plan.states if s.round_n]
+    return sum(t for t, _ in rounds) / sum(n for _, n in rounds) if rounds else 0.0
 
 
 def _weight(task) -> float:

@@ -142,7 +142,8 @@ def _summary(args, plan, times: dict, peak_gflops: float) -> dict:
             "estimate_untuned_ms": plan.estimate_s(True) * 1e3, "estimate_tuned_ms": plan.estimate_s() * 1e3,
             "untuned_ms": times["untuned_s"] * 1e3, "tuned_ms": times["tuned_s"] * 1e3,
             "speedup": times["untuned_s"] / times["tuned_s"], "same_kernels": not any(t["improved"] for t in tasks),
-            "records": str(path_of(args.records)), "default_records": not args.records, "tasks": tasks}
+            "records": str(path_of(args.records)), "default_records": not args.records, "tasks": tasks,
+            "unreached": [name for s, name in zip(plan.states, task_names(plan.states)) if s in plan.unreached]}
 
 
 def task_names(states) -> list[str]:
@@ -185,6 +186,9 @@ def _table(s: dict) -> str:
     lines.append(f"  kernels (calls x time): {s['estimate_untuned_ms']:.4f} -> {s['estimate_tuned_ms']:.4f} ms")
     lines.append(f"  the model, measured:    {s['untuned_ms']:.4f} -> {s['tuned_ms']:.4f} ms "
                  f"({s['speedup']:.2f}x)")
+    if s["unreached"]:
+        lines.append(f"  the budget ran out before {len(s['unreached'])} of {len(s['tasks'])} tasks got a first round "
+                     f"({', '.join(s['unreached'])}): they run untuned; a longer --budget reaches them")
     if s["same_kernels"]:
         lines.append("  no task's best config is another than its default: tuned, the model runs the kernels it ran "
                      "untuned, and the difference measured is the noise of the measurement")
