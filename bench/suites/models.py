@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import importlib.util
 import os
+import sys
 import tempfile
 import time
 
@@ -157,7 +158,9 @@ def run(context, repeat: int, quick: bool = False) -> list[dict]:
     with tempfile.TemporaryDirectory(prefix="kiln-models-") as folder:
         for name in names:
             torch.manual_seed(0)
+            print(f"models: exporting {name}...", file=sys.stderr, flush=True)  # the suite takes a while
             parts = _export(name, quick, folder, context.threads)
             for batch in batches:
+                print(f"models: timing {name} at batch {batch}...", file=sys.stderr, flush=True)
                 rows += _rows(name, batch, parts, torch, repeat, peak, quick)
     return rows
