@@ -186,7 +186,7 @@ def _table(s: dict) -> str:
     lines.append(f"  kernels (calls x time): {s['estimate_untuned_ms']:.4f} -> {s['estimate_tuned_ms']:.4f} ms")
     lines.append(f"  the model, measured:    {s['untuned_ms']:.4f} -> {s['tuned_ms']:.4f} ms "
                  f"({s['speedup']:.2f}x)")
-    if s["unreached"]:
+    if s.get("unreached"):
         lines.append(f"  the budget ran out before {len(s['unreached'])} of {len(s['tasks'])} tasks got a first round "
                      f"({', '.join(s['unreached'])}): they run untuned; a longer --budget reaches them")
     if s["same_kernels"]:

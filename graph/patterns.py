@@ -6,11 +6,12 @@ ONNX file's ``x * 0.5 * (1 + erf(x / sqrt(2)))`` arrive as six to eight
 elementwise nodes reading ``x`` three times. Fusion (``graph.fuse``) takes
 chains, not such a cone, so they ran as two kernels of their own after the
 dense layer writing ``x``. ``fuse_activations`` finds each cone of
-elementwise nodes reading one value and scalar constants, containing a
-``tanh`` or ``erf``, whose intermediate values nothing outside reads, and
-compares the function it computes with each known activation on sample
-points (numpy references, float64): the order and spelling of the
-arithmetic do not matter, only what it computes. A match becomes that op
+elementwise nodes reading one value (more than once: what a chain of
+fused ops cannot compute) and scalar constants, whose intermediate values
+nothing outside reads, and compares the function it computes with each
+known activation on sample points (numpy references, float64): the order
+and spelling of the arithmetic do not matter, only what it computes, and
+no op is recognized by its name. A match becomes that op
 (``gelu``), which then fuses into its producer like any elementwise op.
 ONNX Runtime's ``GeluFusion`` and ``FastGeluFusion`` do the same by
 matching node patterns.
@@ -24,8 +25,6 @@ from .ir import Graph, Node
 
 #: (op, attrs) of each activation a cone may compute
 ACTIVATIONS = (("gelu", {"approximate": "tanh"}), ("gelu", {"approximate": "none"}))
-#: ops one of which a cone must contain to be worth evaluating
-MARKERS = ("tanh", "erf")
 #: the most nodes of a cone
 MAX_NODES = 12
 #: the sample points, and how close (relative to the activation's largest value) a cone must come
@@ -60,25 +59,45 @@ def _cone(root: Node, stop=None) -> tuple[dict, dict]:
     return leaves, nodes
 
 
-def _find(graph: Graph, root: Node):
-    """``(x, nodes in order)``: a cone of ``root`` (``_cone``) containing a
-    ``MARKERS`` op that reads one value ``x`` of its shape and dtype from
-    outside, its inner values read by nothing else; None where there is none.
-    The cone stops at the nearest such ``x`` (a bias add before it stays out)."""
+def _readers(graph: Graph) -> dict:
+    """How many times each value is read (by id), an output counting as a read."""
+    count: dict = {}
+    for node in graph.nodes:
+        for v in node.operands():
+            count[id(v)] = count.get(id(v), 0) + 1
+    for v in graph.outputs:
+        count[id(v)] = count.get(id(v), 0) + 1
+    return count
+
+
+def _reads_inside(nodes: dict) -> dict:
+    """How many times the cone's nodes read each value (by id)."""
+    count: dict = {}
+    for node in nodes.values():
+        for v in node.inputs:
+            count[id(v)] = count.get(id(v), 0) + 1
+    return count
+
+
+def _find(graph: Graph, root: Node, readers: dict):
+    """``(x, nodes in order)``: a cone of ``root`` (``_cone``) reading one
+    value ``x`` of its shape and dtype from outside, more than once, its
+    inner values read by nothing else (``readers``: ``_readers``); None
+    where there is none. The cone stops at the nearest such ``x`` (a bias
+    add before it stays out)."""
     leaves, nodes = _cone(root)
-    if not any(n.op.name in MARKERS for n in nodes.values()):
-        return None
+    inside = _reads_inside(nodes)
     out = root.outputs[0]
-    candidates = list(leaves.values()) if len(leaves) == 1 else \
-        [v for n in reversed(graph.nodes) if id(n) in nodes for v in n.inputs if not _scalar(v)]
-    for x in candidates:
+    candidates = [v for n in reversed(graph.nodes) if id(n) in nodes for v in n.inputs
+                  if not _scalar(v) and inside[id(v)] > 1 and v.shape == out.shape and v.dtype == out.dtype]
+    for x in dict.fromkeys(candidates):
         leaves, nodes = _cone(root, stop=x)
-        if list(leaves) != [id(x)] or len(nodes) < 3 or x.shape != out.shape or x.dtype != out.dtype:
+        inside = _reads_inside(nodes)
+        if list(leaves) != [id(x)] or len(nodes) < 3 or inside[id(x)] < 2:
             continue
-        members = [n for n in graph.nodes if id(n) in nodes]
-        inner = [n.outputs[0] for n in members if n is not root]
-        if not any(graph.is_output(v) or any(id(u) not in nodes for u in graph.users(v)) for v in inner):
-            return x, members
+        inner = [n.outputs[0] for n in nodes.values() if n is not root]
+        if all(readers.get(id(v), 0) == inside.get(id(v), 0) for v in inner):
+            return x, [n for n in graph.nodes if id(n) in nodes]
     return None
 
 
@@ -107,12 +126,12 @@ def _matching(got: np.ndarray) -> tuple | None:
 def fuse_activations(graph: Graph) -> int:
     """Replace each cone computing a known activation (``ACTIVATIONS``) with
     the activation's op; return how many were replaced."""
-    replaced = 0
+    replaced, readers, gone = 0, _readers(graph), set()
     for root in reversed(list(graph.nodes)):
-        if root not in graph.nodes or not root.op.elementwise or len(root.outputs) != 1 \
+        if id(root) in gone or not root.op.elementwise or len(root.outputs) != 1 \
                 or root.outputs[0].dtype not in ("float32", "float64"):
             continue
-        found = _find(graph, root)
+        found = _find(graph, root, readers)
         if found is None:
             continue
         x, members = found
@@ -128,5 +147,6 @@ def fuse_activations(graph: Graph) -> int:
         for member in members:
             if member is not root:
                 graph.nodes.remove(member)
+                gone.add(id(member))
         replaced += 1
     return replaced

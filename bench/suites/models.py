@@ -133,7 +133,7 @@ def _rows(name, batch, parts, torch, repeat, peak, quick) -> list[dict]:
     sides = compare(samplers, repeat)
     gflop = _gflop(imported, arrays)
     gflops = gflop / sides["kiln"]["median_s"]
-    extra = {"export s": round(export_s, 1), "max rel. diff": error, "GFLOP": round(gflop, 2),
+    extra = {"export s": round(export_s, 1), "max rel. diff": error, "GFLOP": float(f"{gflop:.3g}"),
              "GFLOPS": round(gflops, 1), "of peak": f"{100 * gflops / peak:.0f}%" if peak else None}
     workload = f"{name}, batch {batch}"
     return [make_row(workload, "ms", sides["kiln"], label, sides.get(key), TARGET, extra=extra,
