@@ -295,8 +295,22 @@ def reduce(name: str, x, axes, keepdims: bool):
 
 
 def matmul(a, b):
+    """numpy.matmul. A product with a matrix (a layer's weight: ONNX's
+    ``MatMul`` before its bias ``Add``) runs as ``dense`` on the rows of
+    ``a``: an export packs its constant weight once, where ``matmul`` would
+    copy it into panels in every call, and the bias add after it folds into
+    the dense's bias."""
     a, b = materialize(a, "matmul"), materialize(b, "matmul")
-    return call("matmul", a, b)
+    sa, sb = shape_of(a), shape_of(b)
+    if len(sb) != 2 or len(sa) < 2 or not isinstance(sb[1], (int, np.integer)) \
+            or kiln_dtype(a) != kiln_dtype(b) or kiln_dtype(b) not in ("float32", "float64"):
+        return call("matmul", a, b)
+    rows = sa[0]
+    for d in sa[1:-1]:
+        rows = rows * d
+    flat = a if len(sa) == 2 else reshape(a, [rows, sa[-1]])
+    y = call("dense", flat, b, materialize(np.zeros(int(sb[1]), kiln_dtype(b)), "matmul"))
+    return y if len(sa) == 2 else reshape(y, [*sa[:-1], sb[1]])
 
 
 def conv2d(x, w, b, stride, pads, dilation, groups: int):

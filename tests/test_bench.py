@@ -208,7 +208,7 @@ def test_the_report_shows_a_command_a_shell_can_run_again():
 
 def test_every_suite_gives_valid_json_markdown_and_a_plot(capsys, monkeypatch, tmp_path):
     pytest.importorskip("matplotlib", reason="--plot needs matplotlib")
-    from kiln.bench.suites import cpu
+    from kiln.bench.suites import cpu, models
 
     monkeypatch.setattr(timing, "SETTLE_S", 0.0)
     monkeypatch.setattr(timing, "MIN_SAMPLE_S", 0.002)
@@ -218,6 +218,7 @@ def test_every_suite_gives_valid_json_markdown_and_a_plot(capsys, monkeypatch, t
     monkeypatch.setitem(cpu.QUICK, "dense", ((8, 16, 8), 1.1))
     monkeypatch.setitem(cpu.QUICK, "conv_layers", [(4, 8, 4, 3, 1, 1)])
     monkeypatch.setitem(cpu.QUICK, "softmax", [(8, 64)])
+    monkeypatch.setitem(models.QUICK, "models", ("ResNet-18",))  # BERT's import is tests/test_frontend_models.py's
     md, png = tmp_path / "{cpu}.md", tmp_path / "ratios.png"
     assert main(["bench", "--suite", "all", "--quick", "--json", "--markdown", str(md), "--plot", str(png)]) == 0
     res = json.loads(capsys.readouterr().out)
