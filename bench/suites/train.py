@@ -21,6 +21,7 @@ from ...nn import optim
 from ...nn.compiled import compile as compiled
 from ...nn.tensor import Tensor
 from ...nn.train import build_model
+from ...nn.zoo import BasicBlock
 from ...runtime import engine
 from ..rows import make_row
 from ..timing import calls_sampler, compare
@@ -45,6 +46,18 @@ def _convnet32():
                          nn.GlobalAvgPool2d(), nn.Linear(64, 10))
 
 
+def _resnet18_cifar():
+    """ResNet-18 for 3x32x32 images (CIFAR's): a 3x3 conv-BN-ReLU stem of 64
+    channels, four stages of two basic blocks (64, 128, 256 and 512
+    channels, stride 2 from the second stage), global pooling, linear."""
+    layers, cin = [nn.Conv(3, 64, 3, bias=False), nn.BatchNorm2d(64), nn.ReLU()], 64
+    for stage, width in enumerate((64, 128, 256, 512)):
+        for block in range(2):
+            layers.append(BasicBlock(cin, width, stride=2 if stage and not block else 1))
+            cin = width
+    return nn.Sequential(*layers, nn.GlobalAvgPool2d(), nn.Linear(512, 10))
+
+
 # name: (model factory, input shape with the batch, SGD momentum)
 CASES = {
     "MLP 784-512-10, batch 128, SGD": (_mlp784, (128, 784), 0.0),
@@ -53,6 +66,7 @@ CASES = {
     "zoo resnet 1x8x8, batch 64, SGD momentum 0.9": (lambda: build_model("resnet", (1, 8, 8), 10), (64, 1, 8, 8),
                                                      0.9),
     "conv net 3x32x32 (3 conv-BN-ReLU), batch 32, SGD momentum 0.9": (_convnet32, (32, 3, 32, 32), 0.9),
+    "ResNet-18 3x32x32, batch 32, SGD momentum 0.9": (_resnet18_cifar, (32, 3, 32, 32), 0.9),
 }
 QUICK = {"zoo mlp 1x8x8, batch 16, SGD": (lambda: build_model("mlp", (1, 8, 8), 10), (16, 1, 8, 8), 0.0)}
 LR = 0.01
