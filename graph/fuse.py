@@ -43,11 +43,9 @@ from ..te import get_op
 from .ir import Graph, Node, Value
 
 RELU = get_op("relu")
+RESHAPE = get_op("reshape")
 #: the most bytes of a prologue's output per image (``fuse_prologues``)
 PROLOGUE_BYTES = 16 << 10
-
-
-RESHAPE = get_op("reshape")
 
 
 def _same_dims(a, b) -> bool:
@@ -56,14 +54,14 @@ def _same_dims(a, b) -> bool:
 
 
 def _sink_view(graph: Graph, out) -> bool:
-    """Where ``out``'s sole reader is a reshape whose sole reader is an
+    """Where ``out``'s sole reader is a view (a reshape) whose sole reader is an
     elementwise op (reading it first, or either operand of a commutative
     op), apply that op to ``out`` and reshape its result instead; return
     whether it did. Each other operand of the op of the view's shape is
     reshaped to ``out``'s (a view); one of lower rank must broadcast the same
     against either shape (its dims among their shared trailing dims)."""
     view = graph.sole_user(out)
-    if view is None or view.op is not RESHAPE or len(view.outputs) != 1:
+    if view is None or not view.op.view or len(view.outputs) != 1 or view.epilogue:
         return False
     viewed = view.outputs[0]
     user = graph.sole_user(viewed)
