@@ -22,11 +22,13 @@ def figure(unit: str, side: dict, amount: float | None = None) -> float:
     return side["median_s"] * 1e3
 
 
-def make_row(workload: str, unit: str, kiln: dict, reference: str, ref: dict | None, target: float,
+def make_row(workload: str, unit: str, kiln: dict | None, reference: str, ref: dict | None, target: float,
              amount: float | None = None, note: str | None = None, extra: dict | None = None) -> dict:
     """A row from the two sides' stats (``timing.compare``); ``ref`` None
-    (with a ``note`` saying why) reports kiln's figure alone."""
-    kiln_fig = figure(unit, kiln, amount)
+    (with a ``note`` saying why) reports kiln's figure alone, and ``kiln``
+    None too a row that was not run, its ``note`` saying why."""
+    kiln = kiln or {}
+    kiln_fig = figure(unit, kiln, amount) if kiln else None
     row = {"workload": workload, "unit": unit, "kiln": kiln_fig, "kiln_spread": kiln.get("spread"),
            "reference": reference, "ref": None, "ref_spread": None, "ratio": None, "target": float(target),
            "met": None, "noisy": bool(kiln.get("spread", 0) > NOISY_SPREAD), "note": note, "extra": extra or {}}

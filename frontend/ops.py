@@ -298,8 +298,8 @@ def matmul(a, b):
     """numpy.matmul. A product with a matrix (a layer's weight: ONNX's
     ``MatMul`` before its bias ``Add``) runs as ``dense`` on the rows of
     ``a``: an export packs its constant weight once, where ``matmul`` would
-    copy it into panels in every call, and the bias add after it folds into
-    the dense's bias."""
+    copy it into panels in every call, and the bias add after it joins the
+    dense's write-back."""
     a, b = materialize(a, "matmul"), materialize(b, "matmul")
     sa, sb = shape_of(a), shape_of(b)
     if len(sb) != 2 or len(sa) < 2 or not isinstance(sb[1], (int, np.integer)) \

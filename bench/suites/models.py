@@ -147,9 +147,7 @@ def run(context, repeat: int, quick: bool = False) -> list[dict]:
     missing = [m for m in NEEDS if importlib.util.find_spec(m) is None]
     if missing or context.torch is None:
         note = f"needs {', '.join(missing or ['torch'])} (pip install 'kiln[test]'): not run"
-        return [{"workload": "models", "unit": "ms", "kiln": None, "kiln_spread": None, "reference": "-",
-                 "ref": None, "ref_spread": None, "ratio": None, "target": TARGET, "met": None, "noisy": False,
-                 "note": note, "extra": {}}]
+        return [make_row("models", "ms", None, "-", None, TARGET, note=note)]
     torch = context.torch
     names = QUICK["models"] if quick else tuple(MODELS)
     batches = QUICK["batches"] if quick else BATCHES
