@@ -23,6 +23,8 @@ way: a slot per place an input is read, the outputs a list.
 """
 from __future__ import annotations
 
+import bisect
+
 import numpy as np
 import tvm
 import tvm_ffi
@@ -41,10 +43,13 @@ class Replay:
     ``reads`` are the tensors the inputs are read as (``(input, shape)``: the
     input, itself or a reshape of it) and ``slots`` where each goes
     (``(step, position, k)``: read ``k``). ``outputs`` are the results as
-    numpy views of the plan's own memory: a call overwrites them."""
+    numpy views of the plan's own memory: a call overwrites them; ``memory``
+    is ``(bytes, bytes apart)``: its intermediates' arena and what they took
+    before ``pack``."""
 
-    def __init__(self, steps: list, slots: list, reads: list, results: list):
+    def __init__(self, steps: list, slots: list, reads: list, results: list, memory: tuple = (0, 0)):
         self._steps = steps
+        self.memory = memory
         self._slots = slots
         self.reads = reads
         self._results = results  # keeps the results' memory (and through the steps, every buffer) alive
@@ -74,7 +79,7 @@ def record(vm, entry: str, library, args: list) -> tuple[object, Replay | None]:
     be the same computation (see the module docstring). ``library`` is the
     module holding the kernels; ``args`` must not share memory (which input
     a kernel reads would be ambiguous)."""
-    steps, others = [], set()
+    steps, others, allocated = [], set(), []
 
     def hook(func, symbol, before, ret, *args):  # noqa: ARG001 - the hook's fixed signature
         if before:
@@ -82,6 +87,8 @@ def record(vm, entry: str, library, args: list) -> tuple[object, Replay | None]:
                 steps.append((symbol, list(args)))
             elif symbol not in BOOKKEEPING:
                 others.add(symbol)
+        elif symbol == "vm.builtin.alloc_tensor":
+            allocated.append(ret)
         return 0
 
     vm.set_instrument(hook)
@@ -103,7 +110,9 @@ def record(vm, entry: str, library, args: list) -> tuple[object, Replay | None]:
     for step, position, _ in reads:  # the plan keeps its buffers, not the caller's inputs
         steps[step][1][position] = None
     slots = [(step, position, keys.index(key)) for step, position, key in reads]
-    return result, Replay([(library[symbol], kernel_args) for symbol, kernel_args in steps], slots, keys, results)
+    memory = pack(steps, allocated, results)
+    return result, Replay([(library[symbol], kernel_args) for symbol, kernel_args in steps], slots, keys, results,
+                          memory)
 
 
 def _input_reads(steps: list, arg) -> list | None:
@@ -127,3 +136,79 @@ def _nbytes(t) -> int:
 def overlaps(a, b) -> bool:
     """Whether the memory of tensors ``a`` and ``b`` (on the CPU) overlaps."""
     return a.data_ptr() < b.data_ptr() + _nbytes(b) and b.data_ptr() < a.data_ptr() + _nbytes(a)
+
+
+#: where the packed buffers start, relative to one another: a cache line (the alignment TVM's kernels assume)
+PACK_ALIGN = 64
+
+
+def pack(steps: list, allocated: list, results: list) -> tuple[int, int]:
+    """Put the buffers the VM allocated for one call (``allocated``, its
+    ``alloc_tensor`` results) into one arena, each at an offset no buffer
+    live at the same time uses, and rewrite ``steps`` to use them; returns
+    ``(arena bytes, bytes the buffers took apart)``. The export's memory
+    plan reuses storage only between tensors of the same symbolic size, so
+    a network of distinct layer shapes keeps every intermediate apart
+    (MobileNetV2 at batch 1: 18.6 MB of buffers, which pack into 6.0 MB)
+    and a call streams through more memory than the last-level cache
+    holds. The results' memory stays where it is (the plan's outputs view
+    it); a buffer no kernel touches is left alone."""
+    regions, where = _live_regions(steps, allocated, results)
+    if not regions:
+        return 0, 0
+    offsets, end = _place(regions)
+    arena = np.empty(end + PACK_ALIGN, np.uint8)
+    arena = arena[-arena.ctypes.data % PACK_ALIGN:]
+    for (i, j), k in where.items():
+        a, start = steps[i][1][j], offsets[k] + steps[i][1][j].data_ptr() - regions[k][0]
+        view = arena[start:start + _nbytes(a)].view(str(a.dtype)).reshape([int(d) for d in a.shape])
+        steps[i][1][j] = tvm.runtime.from_dlpack(view)  # numpy's DLPack export: offset 0, as kernels require
+    return end, sum(r[1] - r[0] for r in regions)
+
+
+def _live_regions(steps: list, allocated: list, results: list) -> tuple[list, dict]:
+    """The memory ``allocated`` spans, overlapping tensors merged, as
+    ``[start, end, first step, last step]`` (the steps whose kernels touch
+    it), and ``{(step, position): region}`` for each kernel argument inside
+    one. Regions the results overlap are left out."""
+    merged = []
+    for start, end in sorted((t.data_ptr(), t.data_ptr() + _nbytes(t)) for t in allocated if _nbytes(t)):
+        if merged and start < merged[-1][1]:
+            merged[-1][1] = max(merged[-1][1], end)
+        else:
+            merged.append([start, end, None, None])
+    merged = [r for r in merged if not any(r[0] < res.data_ptr() + _nbytes(res) and res.data_ptr() < r[1]
+                                            for res in results)]
+    starts, where = [r[0] for r in merged], {}
+    for i, (_, args) in enumerate(steps):
+        for j, a in enumerate(args):
+            if not isinstance(a, tvm.runtime.Tensor):
+                continue
+            k = bisect.bisect_right(starts, a.data_ptr()) - 1
+            if k >= 0 and a.data_ptr() + _nbytes(a) <= merged[k][1]:
+                merged[k][2] = i if merged[k][2] is None else merged[k][2]
+                merged[k][3] = i
+                where[i, j] = k
+    used = sorted({k for k in where.values()})
+    renumber = {k: n for n, k in enumerate(used)}
+    return [merged[k] for k in used], {key: renumber[k] for key, k in where.items()}
+
+
+def _place(regions: list) -> tuple[list, int]:
+    """Offsets for ``regions`` (``[start, end, first step, last step]``) in
+    one arena, two live in a common step never overlapping: the largest
+    first, each at the lowest aligned offset left free by those placed
+    whose lives cross its own (greedy by size, as TensorFlow Lite's arena
+    planner); returns ``(offsets, arena size)``."""
+    offsets, placed = [0] * len(regions), []
+    for k in sorted(range(len(regions)), key=lambda k: regions[k][0] - regions[k][1]):
+        start, end, first, last = regions[k]
+        offset = 0
+        for o, size in sorted((offsets[q], regions[q][1] - regions[q][0]) for q in placed
+                              if regions[q][2] <= last and first <= regions[q][3]):
+            if offset + end - start <= o:
+                break
+            offset = max(offset, -(-(o + size) // PACK_ALIGN) * PACK_ALIGN)
+        offsets[k] = offset
+        placed.append(k)
+    return offsets, max(offsets[k] + regions[k][1] - regions[k][0] for k in placed)

@@ -14,7 +14,7 @@ from kiln.runtime import Predictor
 from kiln.runtime.device import as_target
 from kiln.runtime.metadata import choose_entry
 from kiln.runtime.predictor import MAX_PLANS
-from kiln.runtime.replay import Replay, record
+from kiln.runtime.replay import PACK_ALIGN, Replay, _place, record
 
 
 @pytest.fixture(scope="module", params=["mlp", "cnn"])
@@ -84,3 +84,33 @@ def test_a_call_with_other_work_than_kernels_is_not_recorded():
     result, plan = record(relax.VirtualMachine(executable, tvm.cpu()), "main", executable.mod.imports[0], [arg])
     np.testing.assert_array_equal(result.numpy(), [0, 2, 4, 6])
     assert plan is None  # a packed call the recorder does not know might do anything
+
+
+def test_a_replay_packs_its_buffers_by_their_lives(tmp_path):
+    nn.init.manual_seed(0)
+    widths = [8, 64, 32, 48, 16, 10]  # intermediates of distinct sizes: the export's plan keeps each apart
+    layers = []
+    for a, b in zip(widths, widths[1:]):
+        layers += [nn.Linear(a, b), nn.ReLU()]
+    model = nn.Sequential(*layers[:-1])
+    x = np.random.default_rng(0).standard_normal((40, 8)).astype("float32")
+    predictor = Predictor(kiln.export(model, x[:1], tmp_path / "model.so"))
+    predictor(x)
+    packed, apart = predictor._plans[40].memory
+    assert 0 < packed < apart  # the first layer's output and the third's share memory
+    model.eval()
+    for seed in range(2):
+        x = np.random.default_rng(seed).standard_normal((40, 8)).astype("float32")
+        np.testing.assert_allclose(predictor(x), model(kiln.Tensor(x)).numpy(), rtol=1e-4, atol=1e-4)
+
+
+def test_placing_regions_shares_memory_only_between_lives_that_do_not_cross():
+    # [start, end, first step, last step]: a lives in steps 0-1, b in 1-2, c in 2-3, d in 3-4
+    regions = [[0, 1000, 0, 1], [5000, 5100, 1, 2], [9000, 9500, 2, 3], [20000, 21000, 3, 4]]
+    offsets, end = _place(regions)
+    for k, (s, e, first, last) in enumerate(regions):
+        assert offsets[k] % PACK_ALIGN == 0
+        for q, (s2, e2, first2, last2) in enumerate(regions[:k]):
+            if first <= last2 and first2 <= last:  # live together: apart in the arena
+                assert offsets[k] + e - s <= offsets[q] or offsets[q] + e2 - s2 <= offsets[k]
+    assert offsets == [0, 1536, 1024, 0] and end == 1636  # d, a, c, b placed in turn; a and d share
