@@ -41,6 +41,7 @@ from .ir import Graph
 from .implement import implement
 from .lower import kernel_nodes, node_workload, schedule_kernels, to_relax, tuned_of
 from .module import compile_module
+from .transposes import fold_transposes
 
 
 class _StepExecutable:
@@ -70,12 +71,13 @@ def compile_graph(graph: Graph, target=None, winograd: bool | None = None):
 
 
 def optimize_step(graph: Graph, target=None, winograd: bool | None = None) -> Graph:
-    """A step's passes, in place: drop the work no output needs, fuse
-    elementwise consumers into their producers, run each node as the
+    """A step's passes, in place: drop the work no output needs, fold
+    transposes into the products reading them, fuse elementwise consumers into their producers, run each node as the
     implementation ``kiln.strategy`` chooses on ``target`` (default the
     CPU; ``winograd=False`` rules Winograd out; None: ``KILN_WINOGRAD``, on
     by default)."""
     graph.prune()
+    fold_transposes(graph)
     fuse_epilogues(graph)
     implement(graph, as_target(target), kiln_config.winograd() if winograd is None else winograd)
     return graph
