@@ -181,3 +181,29 @@ class HiddenStates:
                 return out.last_hidden_state
 
         return Wrapped().eval()
+
+
+def bert_classifier(hidden: int = 512, layers: int = 4, heads: int = 8, intermediate: int = 2048,
+                    vocab: int = 30522, labels: int = 2):
+    """``transformers.BertForSequenceClassification`` (BERT-small by
+    default: 4 layers of 512, 8 heads), random weights, no dropout (a
+    training step is then the same computation in either mode); its forward
+    takes ``(input_ids, attention_mask)`` and returns the logits."""
+    import torch
+    from transformers import BertConfig, BertForSequenceClassification
+    torch.manual_seed(0)
+    config = BertConfig(hidden_size=hidden, num_hidden_layers=layers, num_attention_heads=heads,
+                        intermediate_size=intermediate, vocab_size=vocab, num_labels=labels,
+                        hidden_dropout_prob=0.0, attention_probs_dropout_prob=0.0)
+    config._attn_implementation = "eager"
+    model = BertForSequenceClassification(config)
+
+    class Logits(torch.nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.model = model
+
+        def forward(self, input_ids, attention_mask):
+            return self.model(input_ids=input_ids, attention_mask=attention_mask).logits
+
+    return Logits()

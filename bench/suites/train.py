@@ -9,9 +9,15 @@ before they ran; ``kiln_step`` ends by waiting for every pushed kernel
 (``wait_for_all``) and reading the loss, so the timed region holds the whole
 step. PyTorch's step ends with ``loss.item()``. Both sides run the same model
 (the twin has kiln's weights), the same batch, the same thread count.
+
+A model imported from PyTorch (``IMPORTED``: BERT-small fine-tuning, from
+``transformers``) goes the other way: kiln imports the PyTorch model
+(``from_torch``) and PyTorch trains the model itself. The compiled steps of
+the real-size models are held to 0.8x PyTorch's time (``COMPILED_TARGETS``).
 """
 from __future__ import annotations
 
+import importlib.util
 from typing import Callable
 
 import numpy as np
@@ -69,19 +75,31 @@ CASES = {
     "ResNet-18 3x32x32, batch 32, SGD momentum 0.9": (_resnet18_cifar, (32, 3, 32, 32), 0.9),
 }
 QUICK = {"zoo mlp 1x8x8, batch 16, SGD": (lambda: build_model("mlp", (1, 8, 8), 10), (16, 1, 8, 8), 0.0)}
+#: models imported from PyTorch (``kiln.frontend.from_torch``; they need torch and transformers): name: (batch,
+#: sequence length, SGD momentum); the reference trains the PyTorch model itself
+IMPORTED = {"BERT-small fine-tuning (4 layers of 512, 8 heads, 2 labels), seq 128, batch 8, SGD momentum 0.9":
+            (8, 128, 0.9)}
+#: the compiled steps held to 0.8x PyTorch's time (models at their real size); the rest to parity
+COMPILED_TARGETS = {"ResNet-18 3x32x32, batch 32, SGD momentum 0.9": 1.25, **dict.fromkeys(IMPORTED, 1.25)}
 LR = 0.01
 
 
-def kiln_step(model, x: np.ndarray, y: np.ndarray, momentum: float = 0.0) -> Callable[[], float]:
-    """One SGD step of ``model`` on ``(x, y)``; returns once every kernel of the step has run."""
+def _inputs(x) -> tuple:
+    """A step's model inputs: one array, or a tuple of them."""
+    return tuple(x) if isinstance(x, tuple) else (x,)
+
+
+def kiln_step(model, x, y: np.ndarray, momentum: float = 0.0) -> Callable[[], float]:
+    """One SGD step of ``model`` on ``(x, y)`` (``x`` an array or a tuple of
+    the model's inputs); returns once every kernel of the step has run."""
     opt = optim.SGD(model.parameters(), lr=LR, momentum=momentum)
-    loss_fn, xt, yt = nn.SoftmaxLoss(), Tensor(x), Tensor(y)
+    loss_fn, xts, yt = nn.SoftmaxLoss(), [Tensor(a) for a in _inputs(x)], Tensor(y)
     eng, pool = engine.default(), model.kernel_pool
 
     def step() -> float:
         with pool.activate():  # as in nn.train: the loss and the update on the model's kernel pool
             opt.zero_grad()
-            loss = loss_fn(model(xt), yt)
+            loss = loss_fn(model(*xts), yt)
             loss.backward()
             opt.step()
         eng.wait_for_all()  # the update's kernels too, not only the loss's
@@ -90,32 +108,67 @@ def kiln_step(model, x: np.ndarray, y: np.ndarray, momentum: float = 0.0) -> Cal
     return step
 
 
-def compiled_step(model, x: np.ndarray, y: np.ndarray, momentum: float = 0.0) -> Callable[[], float]:
+def compiled_step(model, x, y: np.ndarray, momentum: float = 0.0) -> Callable[[], float]:
     """The same step as ``kiln_step`` compiled into one module call (traced and compiled here, untimed)."""
     opt = optim.SGD(model.parameters(), lr=LR, momentum=momentum)
-    loss_fn, xt, yt = nn.SoftmaxLoss(), Tensor(x), Tensor(y)
+    loss_fn, args = nn.SoftmaxLoss(), [Tensor(a) for a in _inputs(x)] + [Tensor(y)]
     with model.kernel_pool.activate():
-        train_step = compiled(lambda a, b: loss_fn(model(a), b), opt)
-        train_step(xt, yt)
+        train_step = compiled(lambda *a: loss_fn(model(*a[:-1]), a[-1]), opt)
+        train_step(*args)
 
     def step() -> float:
-        return float(train_step(xt, yt).numpy())  # the module call is synchronous: its outputs are ready
+        return float(train_step(*args).numpy())  # the module call is synchronous: its outputs are ready
 
     return step
 
 
-def torch_step(torch, model, x: np.ndarray, y: np.ndarray, momentum: float = 0.0) -> Callable[[], float]:
+def torch_step(torch, model, x, y: np.ndarray, momentum: float = 0.0) -> Callable[[], float]:
     opt = torch.optim.SGD(model.parameters(), lr=LR, momentum=momentum)
-    xt, yt = torch.from_numpy(x), torch.from_numpy(y.astype("int64"))
+    xts, yt = [torch.from_numpy(a) for a in _inputs(x)], torch.from_numpy(y.astype("int64"))
 
     def step() -> float:
         opt.zero_grad()
-        loss = torch.nn.functional.cross_entropy(model(xt), yt)
+        loss = torch.nn.functional.cross_entropy(model(*xts), yt)
         loss.backward()
         opt.step()
         return loss.item()
 
     return step
+
+
+def _rows(name: str, samplers: dict, repeat: int, note: str | None) -> list[dict]:
+    sides = compare(samplers, repeat)
+    return [make_row(f"train step: {name}", "ms", sides["kiln"], "PyTorch eager", sides.get("ref"), TARGET,
+                     note=note),
+            make_row(f"train step (compiled): {name}", "ms", sides["compiled"], "PyTorch eager", sides.get("ref"),
+                     COMPILED_TARGETS.get(name, TARGET), note=note)]
+
+
+def _imported(name: str, batch: int, seq: int, momentum: float, repeat: int) -> list[dict]:
+    """The rows of a transformer imported from PyTorch, trained by kiln (eager
+    and compiled, each on its own import) and by PyTorch from the same weights."""
+    import copy
+
+    import torch
+
+    from ...frontend import from_torch
+    from .. import torch_models
+    model = torch_models.bert_classifier()
+    rng = np.random.default_rng(0)
+    x = (rng.integers(0, model.model.config.vocab_size, (batch, seq)), np.ones((batch, seq), np.int64))
+    y = rng.integers(0, model.model.config.num_labels, batch).astype("int32")
+    example = tuple(torch.from_numpy(a) for a in x)
+    eager, once = (from_torch(copy.deepcopy(model).eval(), example) for _ in range(2))
+    samplers = {"kiln": calls_sampler(kiln_step(eager, x, y, momentum)),
+                "compiled": calls_sampler(compiled_step(once, x, y, momentum)),
+                "ref": calls_sampler(torch_step(torch, model.train(), x, y, momentum))}
+    return _rows(name, samplers, repeat, None)
+
+
+def _missing(name: str, why: str) -> list[dict]:
+    return [make_row(f"train step{kind}: {name}", "ms", None, "PyTorch eager", None,
+                     COMPILED_TARGETS.get(name, TARGET) if kind else TARGET, note=why)
+            for kind in ("", " (compiled)")]
 
 
 def run(context, repeat: int, quick: bool = False) -> list[dict]:
@@ -134,10 +187,9 @@ def run(context, repeat: int, quick: bool = False) -> list[dict]:
         nn.init.manual_seed(0)
         samplers = {"kiln": calls_sampler(kiln_step(model.train(), x, y, momentum)),
                     "compiled": calls_sampler(compiled_step(make().train(), x, y, momentum)), **samplers}
-        sides = compare(samplers, repeat)
-        note = None if torch is not None else "PyTorch is not installed: no ratio"
-        rows.append(make_row(f"train step: {name}", "ms", sides["kiln"], "PyTorch eager", sides.get("ref"), TARGET,
-                             note=note))
-        rows.append(make_row(f"train step (compiled): {name}", "ms", sides["compiled"], "PyTorch eager",
-                             sides.get("ref"), TARGET, note=note))
+        rows += _rows(name, samplers, repeat, None if torch is not None else "PyTorch is not installed: no ratio")
+    for name, (batch, seq, momentum) in ({} if quick else IMPORTED).items():
+        has_transformers = importlib.util.find_spec("transformers") is not None
+        rows += _imported(name, batch, seq, momentum, repeat) if torch is not None and has_transformers else \
+            _missing(name, "not run: it needs torch and transformers")
     return rows
