@@ -116,6 +116,18 @@ def addmm(bias, a, b, beta=1, alpha=1):
     return ops.binary("add", y, bias if beta == 1 else ops.binary("multiply", bias, np.float32(beta)))
 
 
+def addmm_of_transposed(bias, a, w, beta=1, alpha=1):
+    """``addmm(bias, a, t(w))`` for a weight ``w`` (out, in) that the
+    transpose reads alone (PyTorch's ``linear``; ``torch_import`` joins the
+    two): a matmul reading ``w`` transposed in place, then the bias. A
+    training step then neither transposes the weight nor its gradient; an
+    export makes it a dense layer again (``graph.transposes``)."""
+    if beta == 1 and alpha == 1 and is_kiln(a) and len(shape_of(bias)) == 1 and len(shape_of(a)) == 2:
+        y = call("matmul", a, materialize(w, "addmm"), transpose_b=True)
+        return ops.binary("add", y, bias)
+    return addmm(bias, a, ops.transpose(w), beta, alpha)
+
+
 @aten("mm.default", "bmm.default", "matmul.default")
 def mm(a, b):
     return ops.matmul(a, b)

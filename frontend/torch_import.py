@@ -15,7 +15,7 @@ import functools
 import numpy as np
 
 from ..errors import FrontendError
-from . import aten_nn  # noqa: F401 - registers the nn converters
+from .aten_nn import addmm_of_transposed
 from .aten_ops import ATEN
 from .program import ImportedModel, InputSpec, Step, parameter
 from .values import tensor_or_static
@@ -86,6 +86,22 @@ def _export(module, args, dynamic_shapes):
                             where=_WHERE, arg="module") from None
     finally:
         module.train(was_training)
+
+
+def _transposed_weights(graph, trained: set) -> set:
+    """The ``t(W)`` nodes of a trained weight (``trained``: the placeholders
+    of parameters) that only ``addmm`` reads as its matrix (PyTorch's
+    ``linear``): each addmm reads the weight itself."""
+    joined = set()
+    for node in graph.nodes:
+        source = node.args[0] if node.op == "call_function" and node.args else None
+        if str(node.target) != "aten.t.default" or getattr(source, "op", None) != "placeholder" \
+                or source.name not in trained:
+            continue
+        if node.users and all(str(u.target) == "aten.addmm.default" and len(u.args) > 2 and u.args[2] is node
+                              and u.args[1] is not node for u in node.users):
+            joined.add(node)
+    return joined
 
 
 def _check_ops(graph) -> None:
@@ -219,11 +235,15 @@ def from_torch(module, example_args, dynamic_shapes=None) -> ImportedModel:
         return names.get(node.name, node.name)
 
     steps, outputs = [], []
+    joined = _transposed_weights(graph, {n for n, target in names.items() if target in params})
     for node in graph.nodes:
+        if node in joined:  # read by its addmm
+            continue
         if node.op == "call_function":
-            template = _Template(node.args, node.kwargs, env_name)
-            converter = ATEN[str(node.target)]
-            kind = str(node.target).removeprefix("aten.")
+            args, converter, kind = node.args, ATEN[str(node.target)], str(node.target).removeprefix("aten.")
+            if kind == "addmm.default" and args[2] in joined:
+                args, converter = (*args[:2], args[2].args[0], *args[3:]), addmm_of_transposed
+            template = _Template(args, node.kwargs, env_name)
             steps.append(Step(functools.partial(_call, converter, template), template.inputs, [node.name],
                               node.name, kind))
         elif node.op == "output":

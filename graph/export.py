@@ -45,7 +45,7 @@ from .layout import block_layouts
 from .lower import build_module, kernel_nodes, node_workload
 from .module import compile_module
 from .trace import trace
-from .transposes import fold_transposes
+from .transposes import dense_of_constants, fold_transposes
 
 #: the most batch sizes an export compiles entries of their own for
 MAX_TUNED_BATCHES = 4
@@ -54,7 +54,8 @@ MAX_TUNED_BATCHES = 4
 def optimize(graph, target=None, winograd: bool = True):
     """Run the export passes over ``graph`` in order, in place, and return it:
     make an activation written out as arithmetic (GELU's formula) its op,
-    fold transposes of activations into the products reading them, fold affine chains into weights, fuse elementwise epilogues, pre-pack
+    fold transposes of activations into the products reading them, make a
+    product with a constant matrix a dense layer, fold affine chains into weights, fuse elementwise epilogues, pre-pack
     constant weights for ``target`` (default the CPU; 3x3 stride-1 convs as
     Winograd convolutions unless ``winograd=False``), carry channel-blocked
     layouts between the packed convolutions, fuse a global pool into the
@@ -62,6 +63,7 @@ def optimize(graph, target=None, winograd: bool = True):
     Winograd convolution reading it."""
     fuse_activations(graph)
     fold_transposes(graph)
+    dense_of_constants(graph)
     fold_affine(graph)
     fuse_epilogues(graph)
     implement(graph, as_target(target), winograd)

@@ -15,11 +15,17 @@ them need not be a kernel writing a copy:
   ``matmul(b, a)`` with each operand's flag flipped ((AB)ᵀ = BᵀAᵀ): the
   gradient of a transposed weight.
 
-A transpose of a constant stays (an export folds it into the weight it
-packs, which a ``dense`` reads faster than a product of a transposed
-operand). The transposes folded away are dropped once nothing reads them.
+A transpose of a constant stays, and in an export ``dense_of_constants``
+goes the other way: a matrix product of rows and a constant matrix (read
+transposed or not) becomes a ``dense`` layer whose weight is that matrix
+laid out (K, N) once, which the export packs into the panels its kernel
+reads, and the bias add after it folds into the dense's bias
+(``graph.fold``). The transposes folded away are dropped once nothing
+reads them.
 """
 from __future__ import annotations
+
+import numpy as np
 
 from ..te import get_op
 from .ir import Graph, Node, Value
@@ -101,3 +107,23 @@ def fold_transposes(graph: Graph) -> int:
     if folded:
         graph.prune()
     return folded
+
+
+def dense_of_constants(graph: Graph) -> int:
+    """Make every ``matmul(x, C)`` of a 2-D ``x`` and a constant matrix ``C``
+    (``transpose_b`` or not, nothing fused) a ``dense`` of ``C`` as (K, N)
+    and a zero bias; return how many were."""
+    made = 0
+    for node in list(graph.nodes):
+        if node.op.name != "matmul" or node.epilogue or node.prologue is not None or node.attrs["transpose_a"]:
+            continue
+        x, w = node.inputs
+        if not w.is_const or len(w.shape) != 2 or len(x.shape) != 2 or x.dtype != w.dtype:
+            continue
+        weight = np.ascontiguousarray(w.data.T if node.attrs["transpose_b"] else w.data)
+        bias = graph.const(np.zeros(weight.shape[1], weight.dtype))
+        dense = _new(graph, node, "dense", [x, graph.const(weight, f"{w.name}_kn"), bias], {})
+        graph.replace_uses(node.outputs[0], dense.outputs[0])
+        graph.nodes.remove(node)
+        made += 1
+    return made

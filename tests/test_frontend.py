@@ -93,6 +93,29 @@ def test_torch_module_imports_with_state_dict_names_and_a_dynamic_batch():
     _close(imported(x.numpy()).numpy(), net.eval()(x).detach().numpy())
 
 
+def test_a_torch_linear_reads_its_weight_in_place_and_trains_as_pytorch_does():
+    torch = pytest.importorskip("torch", reason="the module is written in PyTorch")
+    torch.manual_seed(0)
+    net = torch.nn.Sequential(torch.nn.Linear(6, 16), torch.nn.GELU(), torch.nn.Linear(16, 3))
+    x = torch.randn(4, 6)
+    imported = from_torch(net, (x,))
+    kinds = [step.kind for step in imported._steps]
+    assert "t.default" not in kinds and kinds.count("addmm.default") == 2  # t(W) joined into each addmm
+    optimizer = kiln.optim.SGD(imported.parameters(), lr=0.1)
+    reference = torch.optim.SGD(net.parameters(), lr=0.1)
+    for _ in range(3):  # eager kiln steps against PyTorch's: the weights' gradients in their own layout
+        optimizer.zero_grad()
+        loss = (imported(x.numpy()) ** 2).mean()
+        loss.backward()
+        optimizer.step()
+        reference.zero_grad()
+        want = (net(x) ** 2).mean()
+        want.backward()
+        reference.step()
+        _close(loss.numpy(), want.detach().numpy())
+    _close(imported.params["0.weight"].numpy(), net[0].weight.detach().numpy())
+
+
 # -- bad input -------------------------------------------------------------------------------------------
 def test_unsupported_ops_are_listed_all_at_once_before_anything_runs():
     nodes = [helper.make_node("Relu", ["x"], ["a"]), helper.make_node("NonMaxSuppression", ["a"], ["b"], name="nms1"),

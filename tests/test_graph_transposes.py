@@ -102,3 +102,21 @@ def test_an_export_reads_keys_transposed_in_place(tmp_path):
     assert "transpose" not in [n.op.name for n in graph.nodes]
     predictor = Predictor(kiln.export(Attention(), (q[:1], k[:1]), tmp_path / "m.so"))
     np.testing.assert_allclose(predictor(q, k), q @ np.swapaxes(k, -1, -2), rtol=1e-5, atol=1e-5)
+
+
+def test_a_product_with_a_constant_matrix_exports_as_a_packed_dense_layer(tmp_path):
+    class Linear(nn.Module):  # PyTorch's layout, as an imported linear reads it: x wᵀ + b
+        def __init__(self):
+            rng = np.random.default_rng(4)
+            self.w = nn.Parameter(rng.standard_normal((24, 16)).astype("float32"))
+            self.b = nn.Parameter(rng.standard_normal(24).astype("float32"))
+
+        def forward(self, x):
+            return call("matmul", x, self.w, transpose_b=True) + self.b
+
+    x = np.random.default_rng(5).standard_normal((4, 16)).astype("float32")
+    model = Linear()
+    graph = optimize(trace(model, x[:1]), kiln.cpu())
+    assert [n.name for n in graph.nodes if not n.op.view] == ["dense_packed"]  # the bias folded into it
+    predictor = Predictor(kiln.export(model, x[:1], tmp_path / "m.so"))
+    np.testing.assert_allclose(predictor(x), x @ model.w.numpy().T + model.b.numpy(), rtol=1e-5, atol=1e-5)
