@@ -32,7 +32,7 @@ from .ir import Graph, Node, Value
 
 
 def _swaps_last_two(node: Node) -> bool:
-    if node.op.name != "transpose" or node.epilogue or node.prologue:
+    if not node.op.permutes_axes or node.epilogue or node.prologue:
         return False
     rank = len(node.inputs[0].shape)
     perm = node.op.perm(rank, node.attrs.get("axes"))
@@ -41,7 +41,7 @@ def _swaps_last_two(node: Node) -> bool:
 
 def _plain_matmul(node: Node) -> bool:
     """A matmul of two operands of rank 2 or more, nothing fused into it."""
-    return (node.op.name == "matmul" and not node.epilogue and node.prologue is None
+    return (node.op.transposed_operands and not node.epilogue and node.prologue is None
             and all(len(v.shape) >= 2 for v in node.inputs))
 
 
@@ -72,7 +72,7 @@ def _into_readers(graph: Graph, t: Node) -> int:
             user.inputs = [source if a is out else a, source if b is out else b]
             user.attrs = dict(user.attrs, transpose_a=ta != (a is out), transpose_b=tb != (b is out))
             folded += 1
-        elif user.op.name == "dense" and user.inputs[1] is out and user.inputs[0] is not out \
+        elif user.op.dense_layer and user.inputs[1] is out and user.inputs[0] is not out \
                 and user.outputs[0].dtype == source.dtype:
             x, _, bias = user.inputs
             y = _matmul(graph, user, x, source, False, True)
@@ -115,7 +115,7 @@ def dense_of_constants(graph: Graph) -> int:
     and a zero bias; return how many were."""
     made = 0
     for node in list(graph.nodes):
-        if node.op.name != "matmul" or node.epilogue or node.prologue is not None or node.attrs["transpose_a"]:
+        if not _plain_matmul(node) or node.attrs["transpose_a"]:
             continue
         x, w = node.inputs
         if not w.is_const or len(w.shape) != 2 or len(x.shape) != 2 or x.dtype != w.dtype:

@@ -74,6 +74,7 @@ class Matmul(Op):
     swapped), which gradients use instead of materializing a transpose."""
 
     name = "matmul"
+    transposed_operands = True
     compute_bound = True
     grad_inputs = (0, 1)
     grad_output = False
@@ -159,6 +160,7 @@ class Dense(Op):
     schedule computes where the accumulator is written back."""
 
     name = "dense"
+    dense_layer = True
     compute_bound = True
     relu_attr = True
     fold_weight_axis = 1  # w is (K, N)

@@ -105,6 +105,16 @@ class Op:
     #: a relu), so an affine chain after it folds into the weight and into its
     #: bias (input 2) where it has one; None: nothing folds into it.
     fold_weight_axis: int | None = None
+    #: graph.transposes: its output is its input's axes in the order
+    #: ``perm(ndim, axes)`` (a transpose).
+    permutes_axes: bool = False
+    #: graph.transposes: a matrix product reading either operand with its last
+    #: two axes swapped (``transpose_a``, ``transpose_b``), so a transpose
+    #: before or after it folds into it.
+    transposed_operands: bool = False
+    #: graph.transposes: ``x @ w + b`` of matrices (``relu`` optional), which a
+    #: product reading ``w`` transposed and a bias add compute alike.
+    dense_layer: bool = False
     #: runtime.measure: its work is counted in floating-point operations
     #: (GFLOPS from ``flops``), not bytes moved (GB/s).
     compute_bound: bool = False

@@ -121,6 +121,7 @@ class Transpose(Op):
     """numpy's transpose: ``axes`` None reverses the axes, else a permutation."""
 
     name = "transpose"
+    permutes_axes = True
     grad_inputs = ()
     grad_output = False
     attrs = {"axes": A.Attr(_perm, default=None, doc="a permutation of the axes (None: reverse)")}

@@ -21,6 +21,9 @@ EXPECTED = {
     "in_task_prologue": {"conv2d_packed"},
     "affine_operands": {"add": (0, 1), "subtract": (0, 1), "multiply": (0, 1), "divide": (0,)},
     "fold_weight_axis": {"conv2d": 0, "dense": 1},
+    "permutes_axes": {"transpose"},
+    "transposed_operands": {"matmul"},
+    "dense_layer": {"dense"},
     # the ops of the families runtime.measure scored in GFLOPS (matmul, conv2d, conv2d_backward_weight)
     "compute_bound": {"matmul", "dense", "dense_packed", "conv2d", "conv2d_packed", "conv2d_backward_data",
                       "conv2d_backward_weight"},
