@@ -25,10 +25,19 @@ convolution of the output gradient with the kernel flipped and its channels
 swapped, padding ``k - 1 - p``: ``winograd`` applies to it as to a
 ``conv2d`` whose weight changes every call, the flip done by the transform.
 
-A grouped or depthwise convolution (``groups`` > 1), forward or data
-gradient, runs directly: neither the Winograd kernel nor the packed one
-reads groups (the direct kernel's grouped template,
-``schedules/cpu/conv2d_grouped.py``, schedules it).
+* ``depthwise`` (priority 15): a depthwise convolution (``groups`` = its
+  input channels = its output channels) with a constant weight, packed once
+  in blocks of ``oc`` channels, read by ``depthwise_conv2d_packed``, which
+  vectorizes over a block's channels (``te/depthwise.py``). ``oc`` is the
+  block a 1x1 convolution writing its input would have
+  (``packed_channels`` of that conv), so the layout pass carries the
+  blocks through it from the expansion convolution before it to the
+  projection after it (MobileNetV2's inverted residual).
+
+Other grouped convolutions (``groups`` > 1), a depthwise one whose weight
+changes every call, and the data gradients run directly: neither the
+Winograd kernel nor ``conv2d_packed`` reads groups (the direct kernel's
+grouped template, ``schedules/cpu/conv2d_grouped.py``, schedules them).
 
 Rounding of a Winograd convolution differs from the direct kernel's
 (``te/winograd.py``: about 1e-6 of the output's magnitude for F(2x2), 1e-5
@@ -129,6 +138,20 @@ def _conv2d_packed(workload, target, constant_weight: bool) -> Packed | None:
     attrs = {k: v for k, v in workload.attrs.items() if k not in ("layout", "groups")}
     return Packed("conv2d_packed", {**attrs, "out_channels": static(workload.shapes[1][0])},
                   "pack_conv2d_weight", {"oc": packed_channels(workload, target)})
+
+
+@register("conv2d", "depthwise", priority=15)
+def _conv2d_depthwise(workload, target, constant_weight: bool) -> Packed | None:
+    if target.kind != "cpu" or not constant_weight or workload.attrs["layout"] != "NCHW":
+        return None
+    x, w = workload.shapes
+    channels = static(x[1])
+    if not isinstance(channels, int) or workload.attrs["groups"] != channels or static(w[0]) != channels:
+        return None
+    expansion = get_op("conv2d").check([x, (channels, channels, 1, 1)], list(workload.dtypes), {})
+    attrs = {k: workload.attrs[k] for k in ("stride", "padding", "dilation")}
+    return Packed("depthwise_conv2d_packed", {**attrs, "channels": channels}, "pack_conv2d_weight",
+                  {"oc": packed_channels(expansion, target)})
 
 
 @register("conv2d_backward_data", "winograd", priority=20)

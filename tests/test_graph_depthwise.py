@@ -1,6 +1,8 @@
-"""A MobileNetV2 block through the graph passes: the depthwise conv stays
-direct and NCHW between packed 1x1 convs, its BatchNorm folds and its ReLU
-fuses, and the export matches numpy."""
+"""A MobileNetV2 block through the graph passes: the depthwise conv runs
+packed in channel blocks between the packed 1x1 convs, the blocks carried
+from the expansion to the projection (a depthwise multiplier of 2 stays a
+direct NCHW grouped conv), its BatchNorm folds and its ReLU fuses, and the
+export matches numpy."""
 import numpy as np
 import pytest
 
@@ -50,20 +52,27 @@ class InvertedResidual(nn.Module):
 
 @pytest.mark.parametrize("multiplier, stride", [(1, 1), (2, 2)])
 def test_a_depthwise_block_folds_fuses_and_matches_numpy(tmp_path, multiplier, stride):
-    """The depthwise conv runs directly (``kiln.strategy``: no Winograd or
-    packed kernel reads groups), in NCHW between the packed 1x1 convs (the
-    layout pass blocks no grouped conv's channels); its BatchNorm folds into
-    its weight along the output channels and its ReLU fuses; the export
-    matches numpy's forward."""
+    """The depthwise conv runs as ``depthwise_conv2d_packed`` reading and
+    writing the channel blocks of the 1x1 convs around it
+    (``kiln.strategy``'s ``depthwise``, ``graph.layout``); with a
+    multiplier of 2 (not depthwise: more outputs than inputs) it runs
+    directly in NCHW. Its BatchNorm folds into its weight along the output
+    channels and its ReLU fuses; the export matches numpy's forward."""
     nn.init.manual_seed(6)
     x = np.random.default_rng(6).standard_normal((64, 8, 10, 10)).astype("float32")
     model = _stats(InvertedResidual(8, 16, multiplier, stride), x)
     graph = optimize(trace(model, x[:1]))
-    depthwise = graph.nodes[1]
-    assert _ops(graph) == ["conv2d_packed_add_relu", "conv2d_add_relu",
-                           "conv2d_packed_add" + ("_add" if stride == 1 else "")]
-    assert depthwise.attrs["groups"] == 16 and tuple(depthwise.inputs[1].shape) == (16 * multiplier, 1, 3, 3)
-    assert all(len(v.shape) == 4 for n in graph.nodes for v in n.outputs)  # no channel blocks
+    expand, depthwise, project = graph.nodes[:3]
+    packed = multiplier == 1
+    assert _ops(graph)[:3] == ["conv2d_packed_add_relu", f"{'depthwise_' if packed else ''}conv2d{'_packed' * packed}"
+                               "_add_relu", "conv2d_packed_add" + ("_add" if stride == 1 else "")]
+    if packed:  # the expansion's blocks, read and written by the depthwise conv, read by the projection
+        block = depthwise.inputs[1].shape[4]
+        assert expand.outputs[0].shape[4] == block and depthwise.attrs["in_block"] == block
+        assert depthwise.attrs["out_block"] and project.attrs["in_block"] == block
+    else:
+        assert depthwise.attrs["groups"] == 16 and tuple(depthwise.inputs[1].shape) == (32, 1, 3, 3)
+        assert all(len(v.shape) == 4 for n in graph.nodes for v in n.outputs)  # no channel blocks
     predictor = _exported_matches(model, x, tmp_path)
     for batch in (1, 7):
         np.testing.assert_allclose(predictor(x[:batch]), model.numpy(x[:batch]), rtol=1e-4, atol=1e-4)

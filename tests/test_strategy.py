@@ -24,7 +24,7 @@ def _conv(x, w, dtype="float32", **attrs):
 
 
 def test_strategies_are_listed_by_priority():
-    assert [s.name for s in strategies("conv2d")] == ["winograd", "packed"]
+    assert [s.name for s in strategies("conv2d")] == ["winograd", "depthwise", "packed"]
     assert [s.name for s in strategies("conv2d_backward_data")] == ["winograd"]
     assert [s.name for s in strategies("dense")] == ["packed"]
     assert strategies("relu") == []
@@ -60,16 +60,31 @@ def test_what_runs_directly():
     assert isinstance(relu, Direct) and relu.op == "relu" and relu.weight_op is None
 
 
+def test_a_constant_depthwise_conv_runs_packed_in_the_blocks_of_the_conv_writing_its_input():
+    conv = _conv((1, 144, 56, 56), (144, 1, 3, 3), padding=1, stride=2, groups=144)
+    found = choose(conv, CPU, constant_weight=True)
+    expansion = _conv((1, 144, 56, 56), (144, 144, 1, 1))  # a 1x1 conv writing this input
+    assert isinstance(found, Packed) and found.op == "depthwise_conv2d_packed" and found.in_block == 0
+    assert dict(found.attrs) == {"channels": 144, "stride": (2, 2), "padding": (1, 1), "dilation": (1, 1)}
+    assert found.weight_op == "pack_conv2d_weight" and dict(found.weight_attrs) == {"oc": packed_channels(expansion,
+                                                                                                           CPU)}
+    eager = choose(conv, CPU, constant_weight=False)  # a weight that changes every call: the direct kernel
+    assert isinstance(eager, Direct) and eager.attrs["groups"] == 144
+
+
 @pytest.mark.parametrize("x, w, groups", [((1, 144, 56, 56), (144, 1, 3, 3), 144),  # depthwise
                                            ((1, 32, 56, 56), (64, 1, 3, 3), 32),  # depthwise, multiplier 2
                                            ((1, 128, 28, 28), (128, 4, 3, 3), 32),  # ResNeXt-style
                                            ((8, 64, 56, 56), (64, 32, 3, 3), 2)])
 def test_grouped_convs_run_directly(x, w, groups):
-    """Neither the Winograd kernel nor the packed one reads groups: a grouped
-    conv, its weight constant or not, and its data gradient run directly
-    (3x3, stride 1 and channels that would take Winograd ungrouped)."""
+    """Neither the Winograd kernel nor ``conv2d_packed`` reads groups: a
+    grouped conv, its weight constant or not (but a constant depthwise one,
+    above), and its data gradient run directly (3x3, stride 1 and channels
+    that would take Winograd ungrouped)."""
     conv = _conv(x, w, padding=1, groups=groups)
     for constant in (True, False):
+        if constant and groups == x[1] == w[0]:
+            continue
         found = choose(conv, CPU, constant_weight=constant)
         assert isinstance(found, Direct) and found.op == "conv2d" and found.attrs["groups"] == groups
     data = get_op("conv2d_backward_data").check([conv.out_shapes[0], w], "float32",

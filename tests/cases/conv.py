@@ -61,6 +61,19 @@ CASES += [  # channel-blocked layouts (NCHW[c]c): the conversions, and a packed 
     Case("conv2d_packed", [(2, 16, 8, 8), (2, 16, 3, 3, 16)], attrs={"out_channels": 32, "padding": 1,
                                                                      "out_block": True}),
 ]
+CASES += [  # a depthwise conv in channel blocks (weights from pack_conv2d_weight of (C, 1, KH, KW)): blocked or NCHW
+    # input and output, blocks of the input narrower, as wide or wider than the weight's, channels past C (random
+    # weights in the last block's padding: never read into a channel below C), stride, dilation
+    Case("depthwise_conv2d_packed", [(2, 2, 9, 9, 16), (2, 1, 3, 3, 16)],
+         attrs={"channels": 32, "padding": 1, "in_block": 16, "out_block": True}),
+    Case("depthwise_conv2d_packed", [(1, 1, 8, 8, 32), (2, 1, 3, 3, 16)],
+         attrs={"channels": 32, "padding": 1, "stride": 2, "in_block": 32, "out_block": True}),
+    Case("depthwise_conv2d_packed", [(2, 20, 7, 7), (2, 1, 3, 3, 16)], attrs={"channels": 20, "padding": 1}),
+    Case("depthwise_conv2d_packed", [(1, 3, 6, 6, 8), (2, 1, 3, 3, 16)],
+         attrs={"channels": 20, "padding": 1, "in_block": 8, "out_block": True}),
+    Case("depthwise_conv2d_packed", [(1, 5, 9, 7), (1, 1, 3, 2, 8)], "float64",
+         attrs={"channels": 5, "stride": (2, 1), "dilation": 2, "padding": (2, 1)}),
+]
 # the weight gradient's own op: odd shapes, strides, padding, dilation; its own gradient (dx, dgy) checked too
 CASES += [
     Case("conv2d_backward_weight", [(2, 3, 7, 9), (2, 4, 7, 9)], attrs={"kernel": 3, "padding": 1}),

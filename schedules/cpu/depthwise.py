@@ -1,0 +1,63 @@
+"""CPU template for ``depthwise_conv2d_packed``: a depthwise convolution in
+channel blocks, vectorized over a block's channels.
+
+A task is one output row of one channel block of one image (parallel over
+image x block x row). Its row is cut into tiles of ``tile_ow`` columns;
+each tile's ``tile_ow`` x ``oc`` outputs stay in registers (``oc / lanes``
+vectors a column) while the taps are summed, each tap one vector
+multiply-add per vector of the tile: an input vector (the tap's column, a
+block's channels) times the tap's weight vector. The kernel rows and
+columns and the tile's columns are unrolled. A zero-padded input is read
+through its padding's condition, the same for every lane of a vector.
+
+``tile_ow``   output columns per tile: a divisor of the output width.
+              Default: the widest that keeps the tile's accumulators, a
+              weight vector and an input vector within the vector registers
+              and is at most ``MAX_TILE_OW`` wide.
+``parallel``  1 to run the (image, block, row) tasks on the thread pool.
+"""
+from __future__ import annotations
+
+from ..config import Config
+from ..dispatch import NOT_APPLICABLE, NotApplicable, register_template
+from ..util import const_int, divisors, find_block
+
+#: the widest default tile: past it the unrolled body outgrows what the loads between FMAs can hide
+MAX_TILE_OW = 8
+
+
+@register_template("cpu", ops=("depthwise_conv2d_packed",))
+def schedule_depthwise_packed(sch, block, cfg: Config) -> NotApplicable | None:
+    workload = cfg.workload
+    out = workload.out_shapes[0]
+    width = const_int(out[3])
+    oc = const_int(workload.shapes[1][4])
+    if width is None or oc is None:
+        return NOT_APPLICABLE
+    lanes = cfg.target.lanes(workload.out_dtypes[0])
+    vectors = -(-oc // lanes)
+    fits = [t for t in divisors(width) if t <= MAX_TILE_OW and (t + 2) * vectors <= cfg.target.vector_registers]
+    tile = cfg.define_knob("tile_ow", divisors(width), default=max(fits or [1]))
+    par = cfg.define_knob("parallel", (0, 1), default=1)
+
+    pad = find_block(sch, "conv2d_pad")
+    if pad is not None:
+        sch.compute_inline(pad)
+    if workload.attrs["out_block"]:
+        n, b, y, x, lane, rh, rw = sch.get_loops(block)
+    else:  # an NCHW output: its channels as (block, lane)
+        n, c, y, x, rh, rw = sch.get_loops(block)
+        b, lane = sch.split(c, [None, oc])
+    xo, xi = sch.split(x, [None, tile])
+    sch.reorder(n, b, y, xo, rh, rw, xi, lane)
+    acc = sch.cache_write(block, 0, "local")  # the tile's accumulators, written back after its taps
+    sch.reverse_compute_at(acc, xo)
+    sch.vectorize(lane)  # before decompose_reduction (TVM rejects it after)
+    for loop in (xi, rh, rw):
+        sch.unroll(loop)
+    rows = sch.fuse(n, b, y)
+    if par:
+        sch.parallel(rows)
+    sch.decompose_reduction(block, rh)
+    sch.vectorize(sch.get_loops(acc)[-1])
+    return None
