@@ -32,6 +32,8 @@ LARGE = [
     ("conv2d", [(1, 128, 28, 28), (128, 4, 3, 3)], {"padding": 1, "groups": 32}),
     ("conv2d_backward_weight", [(8, 144, 56, 56), (8, 144, 56, 56)], {"kernel": 3, "padding": 1, "groups": 144}),
     ("conv2d_winograd", [(64, 1, 8, 8, 16), (1, 4, 4, 16, 32)], {"out_channels": 32, "padding": 1, "in_block": 16}),
+    ("depthwise_conv2d_packed", [(1, 3, 112, 112, 32), (3, 1, 3, 3, 32)],
+     {"channels": 96, "padding": 1, "stride": 2, "in_block": 32, "out_block": True}),
     ("batch_norm_train_grad", [(64, 64, 28, 28)] * 2 + [(64,)] * 3, {}),
 ]
 DTYPES = {"masked_select": ["float32", "bool"]}
