@@ -20,11 +20,12 @@ from helpers import as_list, assert_close, random_inputs
 #: ops that refuse some symbolic dims by design (the sweep below makes every
 #: dim > 1 symbolic, equal sizes sharing a symbol): conv2d needs a static
 #: kernel size, pool gradients cannot prove the out_grad shape, broadcast_to,
-#: getitem and split need the sizes their attrs name, dense_packed and
-#: conv2d_packed need their weight's static panel/block width (an exported
-#: constant's)
+#: getitem and split need the sizes their attrs name, dense_packed,
+#: conv2d_packed and depthwise_conv2d_packed need their weight's static
+#: panel/block width (an exported constant's; the last its channels attr too)
 REFUSE_SYMBOLIC = {"conv2d", "max_pool2d_grad", "avg_pool2d_grad", "broadcast_to", "getitem", "getitem_grad",
                    "split", "dense_packed", "conv2d_packed", "from_blocked",  # the last three: a static block width
+                   "depthwise_conv2d_packed",  # a static block width, and the channels its attr names
                    "conv2d_backward_data",  # a static kernel size, as conv2d
                    "winograd_conv2d_weight", "conv2d_winograd",  # a static 3x3 kernel, map and block width
                    "sgd_step", "sgd_momentum_step", "adam_step",  # the hyperparameter vector is read by index
