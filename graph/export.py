@@ -55,9 +55,10 @@ def optimize(graph, target=None, winograd: bool = True):
     """Run the export passes over ``graph`` in order, in place, and return it:
     make an activation written out as arithmetic (GELU's formula) its op,
     fold transposes of activations into the products reading them, make a
-    product with a constant matrix a dense layer, fold affine chains into weights, fuse elementwise epilogues, pre-pack
-    constant weights for ``target`` (default the CPU; 3x3 stride-1 convs as
-    Winograd convolutions unless ``winograd=False``), carry channel-blocked
+    product with a constant matrix a dense layer, fold affine chains into
+    weights, fuse elementwise epilogues, pre-pack constant weights for
+    ``target`` (default the CPU; 3x3 stride-1 convs as Winograd
+    convolutions unless ``winograd=False``), carry channel-blocked
     layouts between the packed convolutions, fuse a global pool into the
     Winograd convolution it reads and a small direct convolution into the
     Winograd convolution reading it."""

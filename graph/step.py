@@ -72,10 +72,11 @@ def compile_graph(graph: Graph, target=None, winograd: bool | None = None):
 
 def optimize_step(graph: Graph, target=None, winograd: bool | None = None) -> Graph:
     """A step's passes, in place: drop the work no output needs, fold
-    transposes into the products reading them, fuse elementwise consumers into their producers, run each node as the
-    implementation ``kiln.strategy`` chooses on ``target`` (default the
-    CPU; ``winograd=False`` rules Winograd out; None: ``KILN_WINOGRAD``, on
-    by default)."""
+    transposes into the products reading them, fuse elementwise consumers
+    into their producers, run each node as the implementation
+    ``kiln.strategy`` chooses on ``target`` (default the CPU;
+    ``winograd=False`` rules Winograd out; None: ``KILN_WINOGRAD``, on by
+    default)."""
     graph.prune()
     fold_transposes(graph)
     fuse_epilogues(graph)

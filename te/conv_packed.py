@@ -86,12 +86,9 @@ class Conv2dPacked(Op):
              "in_block": IN_BLOCK, "out_block": WRITE_BLOCKS}
 
     def infer_shape(self, x, w, out_channels, stride, padding, dilation, in_block, out_block):
-        x = _plain_input(self.name, x, w, in_block)
+        x = _plain_input(self.name, x, w[1] if len(w) == 5 else None, in_block)
         check_rank4(self.name, x, "x", "NCHW")
-        oc = static(w[4]) if len(w) == 5 else None
-        if not isinstance(oc, int) or not same_dim(w[0], blocks(out_channels, oc)):
-            raise ShapeError(f"got w {shape_str(w)}, expected (ceil(O / oc), I, KH, KW, oc) blocks of a constant "
-                             f"width oc holding O = out_channels = {out_channels} channels", op=self.name, arg="w")
+        oc = weight_blocks(self.name, w, out_channels, "(ceil(O / oc), I, KH, KW, oc)", "O = out_channels")
         n, _, oh, ow = _out_shape(self.name, x, w, (out_channels, *w[1:4]), "NCHW", stride, padding, dilation)
         return (n, w[0], oh, ow, oc) if out_block else (n, out_channels, oh, ow)
 
@@ -126,14 +123,25 @@ class Conv2dPacked(Op):
         return _flops(self.infer_shape(x, w, **attrs), w[1:4])
 
 
-def _plain_input(op: str, x, w, in_block: int, channels_axis: int = 1) -> tuple:
-    """The NCHW shape a blocked input (N, ceil(I / c), H, W, c) stands for:
-    its I channels are the weight's, ``w[channels_axis]`` (the last block's
-    padding is not read)."""
+def _plain_input(op: str, x, channels, in_block: int) -> tuple:
+    """The NCHW shape a blocked input (N, ceil(C / c), H, W, c) stands for,
+    C being ``channels`` (None: unknown, a malformed weight's; the last
+    block's padding is not read)."""
     if not in_block:
         return tuple(x)
-    i = w[channels_axis] if len(w) == 5 else None
-    if len(x) != 5 or static(x[4]) != in_block or i is None or not same_dim(x[1], blocks(i, in_block)):
-        raise ShapeError(f"got x {shape_str(x)} for w {shape_str(w)}, expected a 5-D NCHW[{in_block}]c tensor "
-                         f"holding the weight's input channels in blocks of in_block={in_block}", op=op, arg="x")
-    return (x[0], i, x[2], x[3])
+    if len(x) != 5 or static(x[4]) != in_block or channels is None or not same_dim(x[1], blocks(channels, in_block)):
+        raise ShapeError(f"got x {shape_str(x)}, expected a 5-D NCHW[{in_block}]c tensor holding the "
+                         f"{'weight' if channels is None else static(channels)} input channels in blocks of "
+                         f"in_block={in_block}", op=op, arg="x")
+    return (x[0], channels, x[2], x[3])
+
+
+def weight_blocks(op: str, w, channels, layout: str, holding: str) -> int:
+    """The block width oc of a weight in channel blocks ``layout``
+    (ceil(channels / oc) first, oc last); a ShapeError saying so where ``w``
+    is no such blocks (``holding`` names the attribute giving ``channels``)."""
+    oc = static(w[4]) if len(w) == 5 else None
+    if not isinstance(oc, int) or not same_dim(w[0], blocks(channels, oc)):
+        raise ShapeError(f"got w {shape_str(w)}, expected {layout} blocks of a constant width oc holding "
+                         f"{holding} = {channels} channels", op=op, arg="w")
+    return oc

@@ -22,10 +22,10 @@ from tvm import te, tirx
 from ..errors import ShapeError
 from . import attrs as A
 from .conv import DILATION, PADDING, STRIDE, _conv_nchw, _flops, _out_shape, check_rank4, pad_spatial
-from .conv_packed import IN_BLOCK, WRITE_BLOCKS
-from .layout import blocked_array, blocks, plain_array
+from .conv_packed import IN_BLOCK, WRITE_BLOCKS, _plain_input, weight_blocks
+from .layout import blocked_array, plain_array
 from .registry import Op, register
-from .shapes import FLOATS, dtype_of, promote, same_dim, shape_str, static
+from .shapes import FLOATS, dtype_of, promote, shape_str, static
 
 
 @register
@@ -43,23 +43,13 @@ class DepthwiseConv2dPacked(Op):
              "stride": STRIDE, "padding": PADDING, "dilation": DILATION, "in_block": IN_BLOCK,
              "out_block": WRITE_BLOCKS}
 
-    def _plain(self, x, channels, in_block) -> tuple:
-        if not in_block:
-            check_rank4(self.name, x, "x", "NCHW")
-            if not same_dim(x[1], channels):
-                raise ShapeError(f"got x {shape_str(x)}, expected {channels} channels", op=self.name, arg="x")
-            return tuple(x)
-        if len(x) != 5 or static(x[4]) != in_block or not same_dim(x[1], blocks(channels, in_block)):
-            raise ShapeError(f"got x {shape_str(x)}, expected a 5-D NCHW[{in_block}]c tensor holding {channels} "
-                             f"channels in blocks of in_block={in_block}", op=self.name, arg="x")
-        return (x[0], channels, x[2], x[3])
-
     def infer_shape(self, x, w, channels, stride, padding, dilation, in_block, out_block):
-        x = self._plain(x, channels, in_block)
-        oc = static(w[4]) if len(w) == 5 else None
-        if not isinstance(oc, int) or not same_dim(w[0], blocks(channels, oc)) or static(w[1]) != 1:
-            raise ShapeError(f"got w {shape_str(w)}, expected (ceil(C / oc), 1, KH, KW, oc) blocks of a constant "
-                             f"width oc holding C = channels = {channels} channels", op=self.name, arg="w")
+        x = _plain_input(self.name, x, channels, in_block)
+        check_rank4(self.name, x, "x", "NCHW")
+        oc = weight_blocks(self.name, w, channels, "(ceil(C / oc), 1, KH, KW, oc)", "C = channels")
+        if static(w[1]) != 1:
+            raise ShapeError(f"got w {shape_str(w)}, expected one input channel per block row (a depthwise "
+                             "weight's)", op=self.name, arg="w")
         n, _, oh, ow = _out_shape(self.name, x, w, (channels, 1, *w[2:4]), "NCHW", stride, padding, dilation,
                                   groups=channels)
         return (n, w[0], oh, ow, oc) if out_block else (n, channels, oh, ow)

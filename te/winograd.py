@@ -175,7 +175,7 @@ class Conv2dWinograd(Op):
             tiles = " or ".join(str(m + 2) for m in TRANSFORMS)
             raise ShapeError(f"got w {shape_str(w)}, expected (ceil(O / oc), t, t, I, oc) Winograd blocks (t = "
                              f"{tiles}) holding O = out_channels = {out_channels} channels", op=self.name, arg="w")
-        x = _plain_input(self.name, x, w, in_block, channels_axis=3)
+        x = _plain_input(self.name, x, w[3] if len(w) == 5 else None, in_block)
         check_rank4(self.name, x, "x", "NCHW")
         if not same_dim(x[1], w[3]):
             raise ShapeError(f"got x {shape_str(x)} with {static(x[1])} channels but w {shape_str(w)} expects "
