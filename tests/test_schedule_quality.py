@@ -35,6 +35,7 @@ LARGE = [
     ("depthwise_conv2d_packed", [(1, 3, 112, 112, 32), (3, 1, 3, 3, 32)],
      {"channels": 96, "padding": 1, "stride": 2, "in_block": 32, "out_block": True}),
     ("batch_norm_train_grad", [(64, 64, 28, 28)] * 2 + [(64,)] * 3, {}),
+    ("attention", [(1, 128, 12, 64)] * 3 + [(1, 1, 1, 128)], {"layout": "bshd"}),
 ]
 DTYPES = {"masked_select": ["float32", "bool"]}
 
