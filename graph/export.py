@@ -36,6 +36,7 @@ from ..runtime.device import as_target
 from ..runtime.metadata import FORMAT
 from ..te.shapes import is_static
 from ..version import __version__
+from .attention import fuse_attention
 from .fold import fold_affine
 from .fuse import fuse_epilogues, fuse_pools, fuse_prologues
 from .patterns import fuse_activations
@@ -64,6 +65,7 @@ def optimize(graph, target=None, winograd: bool = True):
     Winograd convolution reading it."""
     fuse_activations(graph)
     fold_transposes(graph)
+    fuse_attention(graph)
     dense_of_constants(graph)
     fold_affine(graph)
     fuse_epilogues(graph)

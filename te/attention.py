@@ -66,6 +66,7 @@ class Attention(Op):
     dtypes = FLOATS
     grad_inputs = None
     grad_output = False
+    compute_bound = True
     attrs = {"scale": A.Attr(_optional_scale, default=None, doc="the scores' factor (default 1 / sqrt(D))"),
              "causal": A.Attr(A.boolean, default=False, doc="mask the keys after each query (j > i)"),
              "layout": A.Attr(A.one_of(*LAYOUTS), default="bhsd",

@@ -115,6 +115,9 @@ class Op:
     #: graph.transposes: ``x @ w + b`` of matrices (``relu`` optional), which a
     #: product reading ``w`` transposed and a bias add compute alike.
     dense_layer: bool = False
+    #: graph.attention: ``softmax`` over ``axis`` (exp(x - max) over its sum),
+    #: which with the products before and after it is attention.
+    normalizes_rows: bool = False
     #: runtime.measure: its work is counted in floating-point operations
     #: (GFLOPS from ``flops``), not bytes moved (GB/s).
     compute_bound: bool = False

@@ -62,6 +62,7 @@ class RowOp(Op):
 @register
 class Softmax(RowOp):
     name = "softmax"
+    normalizes_rows = True
     grad_inputs = ()
     grad_output = True
 

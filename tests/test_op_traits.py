@@ -24,8 +24,9 @@ EXPECTED = {
     "permutes_axes": {"transpose"},
     "transposed_operands": {"matmul"},
     "dense_layer": {"dense"},
+    "normalizes_rows": {"softmax"},
     # the ops of the families runtime.measure scored in GFLOPS (matmul, conv2d, conv2d_backward_weight)
-    "compute_bound": {"matmul", "dense", "dense_packed", "conv2d", "conv2d_packed", "conv2d_backward_data",
+    "compute_bound": {"attention", "matmul", "dense", "dense_packed", "conv2d", "conv2d_packed", "conv2d_backward_data",
                       "conv2d_backward_weight"},
 }
 
