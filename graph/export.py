@@ -12,7 +12,8 @@ transformed for a Winograd convolution (``graph.implement``: what
 convolution to convolution (``graph.layout``); and ``build_library``: lower
 it to a Relax module of kiln-scheduled kernels (``graph.lower``, one entry
 function per batch range: ``graph.entries``), compile it (``graph.module``)
-and write it as one shared library with ``export_library``.
+and write it as one shared library (``runtime.link.write_library``: the
+thread modules' object code emitted in parallel).
 
 The file holds everything: the kernels, the weights (as constants of the
 Relax program), and a ``kiln_metadata`` function returning UTF-8 JSON bytes
@@ -28,11 +29,13 @@ from pathlib import Path
 
 import numpy as np
 import tvm
+from tvm.support.cc import create_shared
 
 from ..errors import ExportError
 from ..outputs import atomic_path, check_output_path
 from ..runtime.build import tuned_batch_sizes, tuned_config
 from ..runtime.device import as_target
+from ..runtime.link import write_library
 from ..runtime.metadata import FORMAT
 from ..te.shapes import is_static
 from ..version import __version__
@@ -157,7 +160,7 @@ def build_library(graph: Graph, path, target=None, batches=None) -> Path:
     batches = _check_batches(batches, "build_library") if dynamic else ()
     executable = compile_module(build_module(graph, meta, target, dynamic, batches), target)
     with atomic_path(path, suffix=".so") as tmp:  # an OSError becomes an OutputError naming the path
-        executable.export_library(tmp)
+        write_library(executable, tmp, fcompile=create_shared)
     return path
 
 

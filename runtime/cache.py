@@ -37,7 +37,7 @@ from .. import config as kiln_config
 from ..errors import CacheError
 from ..te.workload import Workload, digest
 from ..version import __version__ as VERSION
-from .link import link_shared
+from .link import write_library
 
 log = logging.getLogger("kiln.cache")
 ENTRY_FORMAT = 2  # 2: the key is appended to the library
@@ -189,7 +189,7 @@ def _write(key: str, exportable) -> Path | None:
         fd, tmp = tempfile.mkstemp(prefix=f".{key[:16]}-", suffix=".so", dir=folder)
         os.close(fd)
         try:
-            exportable.export_library(tmp, fcompile=link_shared)
+            write_library(exportable, tmp)
             with open(tmp, "ab") as f:
                 f.write(KEY_TAG + key.encode())
                 f.flush()

@@ -31,3 +31,37 @@ def link_shared(output: str, objects, options=None, **kwargs) -> None:
 
 
 link_shared.output_format = "so"
+
+
+def write_library(exportable, path: str, fcompile=link_shared) -> None:
+    """``exportable.export_library(path, fcompile=fcompile)``, with the object
+    code of a module of several LLVM modules (``graph.module`` splits a
+    model's kernels into one per thread) emitted on as many threads: TVM's
+    ``export_library`` emits them one after another, and emitting is most of
+    writing a model's library. Anything else goes through ``export_library``."""
+    from concurrent.futures import ThreadPoolExecutor
+
+    from tvm.runtime import _ffi_api
+    from tvm.support import utils
+
+    from .. import config as kiln_config
+
+    mod = getattr(exportable, "mod", exportable)
+    modules = mod._collect_dso_modules()
+    if len(modules) < 2 or any(m.kind != "llvm" for m in modules) or not _ffi_api.RuntimeEnabled("llvm"):
+        exportable.export_library(path, fcompile=fcompile)
+        return
+    first = modules[0]
+    if first.get_function("__tvm_is_system_module")():
+        exportable.export_library(path, fcompile=fcompile)
+        return
+    target = first.get_function("_get_target_string")()
+    folder = utils.tempdir()
+    files = [folder.relpath(f"lib{i}.o") for i in range(len(modules))]
+    with ThreadPoolExecutor(max_workers=min(len(modules), kiln_config.num_threads())) as pool:
+        list(pool.map(lambda pair: pair[0].write_to_file(pair[1]), zip(modules, files)))  # TVM releases the GIL
+    if mod.imports:
+        packed = folder.relpath("devc.o")
+        _ffi_api.ModulePackImportsToLLVM(mod, False, target, "").write_to_file(packed)
+        files.append(packed)
+    fcompile(str(path), files)
