@@ -34,13 +34,13 @@ import math
 import numpy as np
 from tvm import te, tirx
 
-from ..errors import DTypeError, ShapeError
+from ..errors import ShapeError
 from . import attrs as A
 from . import fastmath, nanmath
-from .grad import unbroadcast, wants_grad
+from .grad import as_dtype, unbroadcast, wants_grad
 from .oprefs import op_ref
 from .registry import Op, register
-from .shapes import FLOATS, is_static, same_dim, shape_str, size, static
+from .shapes import FLOATS, dtype_of, is_static, promote, same_dim, shape_str, size, static
 
 matmul, softmax, transpose = op_ref("matmul"), op_ref("softmax"), op_ref("transpose")
 
@@ -100,10 +100,7 @@ class Attention(Op):
         return tuple(out[a] for a in AXES[layout])
 
     def infer_dtype(self, *dtypes, scale, causal, layout):
-        if len(set(dtypes)) != 1:
-            raise DTypeError(f"got {', '.join(dtypes)}, expected one float dtype for q, k, v and mask",
-                             op=self.name, arg="dtypes")
-        return dtypes[0]
+        return promote(self.name, *dtypes, allowed=FLOATS)
 
     def flops(self, shapes, **attrs):
         b, h, n, d = logical(shapes[0], attrs["layout"])
@@ -114,16 +111,16 @@ class Attention(Op):
     def compute(self, q, k, v, *mask, scale, causal, layout):
         b, h, n, d = logical(q.shape, layout)
         sk, dv = logical(k.shape, layout)[2], logical(v.shape, layout)[3]
-        dt = q.dtype
+        dt = promote(self.name, *(dtype_of(t) for t in (q, k, v, *mask)))
         if scale is not None or is_static(d):
             scale = tirx.const(_scale(scale, d), dt)
         else:  # 1 / sqrt(D) of a symbolic D
             scale = tirx.const(1, dt) / tirx.sqrt(tirx.Cast(dt, d))
         axes = AXES[layout]
 
-        def at(t, bb, hh, s, f):  # element (batch, head, position, feature) of t in the layout
+        def at(t, bb, hh, s, f):  # element (batch, head, position, feature) of t in the layout, as dt
             idx = (bb, hh, s, f)
-            return t[tuple(idx[a] for a in axes)]
+            return _as(t[tuple(idx[a] for a in axes)], dt)
 
         kt = te.compute((b, h, d, sk), lambda bb, hh, e, j: at(k, bb, hh, j, e), name="attention_kt", tag="attention")
         re = te.reduce_axis((0, d), "re")
@@ -136,7 +133,7 @@ class Attention(Op):
             if mask:
                 m = mask[0]
                 full = (bb, hh, i, j)[4 - len(m.shape):]
-                x = x + m[tuple(0 if static(e) == 1 else ix for e, ix in zip(m.shape, full))]
+                x = x + _as(m[tuple(0 if static(e) == 1 else ix for e, ix in zip(m.shape, full))], dt)
             if causal:
                 x = tirx.Select(j > i, tirx.const(-math.inf, dt), x)
             return x
@@ -158,7 +155,8 @@ class Attention(Op):
         return te.compute(out_shape, result, name=self.name, tag=self.family)
 
     def reference(self, q, k, v, *mask, scale, causal, layout):
-        q, k, v = (np.transpose(t, AXES[layout]) for t in (q, k, v))  # to bhsd (AXES is its own inverse)
+        dt = np.result_type(q, k, v, *mask)
+        q, k, v = (np.transpose(t, AXES[layout]).astype(dt) for t in (q, k, v))  # to bhsd (AXES is its own inverse)
         with np.errstate(invalid="ignore", over="ignore"):
             logit = np.matmul(q, np.swapaxes(k, -1, -2)) * q.dtype.type(_scale(scale, q.shape[-1]))
             if mask:
@@ -189,10 +187,14 @@ class Attention(Op):
         ds = p * (dp - (dp * p).sum(-1, keepdims=True))
         dq = matmul(ds, kh) * scale if wants_grad(q) else None
         dk = matmul(ds, qh, transpose_a=True) * scale if wants_grad(k) else None
-        grads = [None if t is None else to(t) for t in (dq, dk, dv)]
+        grads = [None if t is None else as_dtype(to(t), x.dtype) for t, x in zip((dq, dk, dv), (q, k, v))]
         if mask:
             grads.append(unbroadcast(ds, mask[0].shape, mask[0].dtype) if wants_grad(mask[0]) else None)
         return tuple(grads)
+
+
+def _as(x, dtype: str):
+    return x if x.dtype == dtype else x.astype(dtype)
 
 
 def _scale(scale, d) -> float:
