@@ -19,6 +19,7 @@ from ..te.value import ValueOps, pick_alias
 from . import init, record
 from .activations import (clamp, elu, erf, gelu, hardsigmoid, hardswish, hardtanh, leaky_relu,  # noqa: F401
                           relu6, silu, softplus)
+from .attention import scaled_dot_product_attention  # noqa: F401
 from .data import check_labels
 from .tensor import Tensor
 
