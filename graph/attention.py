@@ -149,9 +149,7 @@ def _fuse(graph: Graph, softmax: Node) -> bool:
     result = second.outputs[0]
     if layout == "bshd":
         back = graph.sole_user(result)
-        if back is not None and not graph.is_output(result) and _source(graph, result, TO_HEADS) is None \
-                and back.op.permutes_axes and not back.epilogue and back.prologue is None \
-                and back.op.perm(4, back.attrs.get("axes")) == TO_HEADS:
+        if back is not None and _source(graph, back.outputs[0], TO_HEADS) is result:
             graph.replace_uses(back.outputs[0], out)
             return True
         out = _new(graph, second, "transpose", [out], {"axes": TO_HEADS}).outputs[0]

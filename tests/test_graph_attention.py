@@ -108,3 +108,18 @@ def test_probabilities_read_elsewhere_stay_unfused():
     g = _graph(_scaled_then_masked, read_probs_twice=True)
     assert fuse_attention(g) == 0
     assert "softmax" in _ops(g)
+
+
+def test_heads_left_in_heads_layout_get_their_transpose_back():
+    g = Graph()
+    q, k, v = (g.input(n, (1, 8, 2, 4), "float32") for n in "qkv")  # (B, S, H, D)
+    qh, = g.apply("transpose", [q], {"axes": (0, 2, 1, 3)})
+    kt, = g.apply("transpose", [k], {"axes": (0, 2, 3, 1)})
+    vh, = g.apply("transpose", [v], {"axes": (0, 2, 1, 3)})
+    s, = g.apply("matmul", [qh, kt])
+    p, = g.apply("softmax", [s], {"axis": -1})
+    out, = g.apply("matmul", [p, vh])
+    g.output(out)  # (B, H, S, D): nothing transposes it back
+    assert fuse_attention(g) == 1
+    assert _ops(g) == ["attention", "transpose"]
+    assert g.nodes[0].attrs["layout"] == "bshd" and tuple(g.outputs[0].shape) == (1, 2, 8, 4)
