@@ -5,9 +5,11 @@ from .modules import (AvgPool2d, BatchNorm1d, BatchNorm2d, Conv, Dropout, Flatte
                       LayerNorm1d, Linear, MaxPool2d, Module, Parameter, ReLU, Residual, Sequential, Sigmoid,
                       SoftmaxLoss, Tanh)
 from .rng import manual_seed
+from .sequence_modules import Embedding, LayerNorm, MultiheadAttention
+from .transformer import TransformerDecoderLayer, TransformerEncoderLayer
 from .tensor import Tensor, no_grad
 
-__all__ = ["AvgPool2d", "BatchNorm1d", "BatchNorm2d", "Conv", "Dropout", "Flatten", "GlobalAvgPool2d", "Identity",
-           "LayerNorm1d", "Linear", "MaxPool2d", "Module", "Parameter", "ReLU", "Residual", "Sequential", "Sigmoid",
-           "SoftmaxLoss", "Tanh", "Tensor", "clip_grad_norm_", "functional", "init", "manual_seed", "no_grad",
+__all__ = ["AvgPool2d", "BatchNorm1d", "BatchNorm2d", "Conv", "Dropout", "Embedding", "Flatten", "GlobalAvgPool2d",
+           "Identity", "LayerNorm", "LayerNorm1d", "Linear", "MaxPool2d", "Module", "MultiheadAttention", "Parameter", "ReLU", "Residual", "Sequential", "Sigmoid",
+           "SoftmaxLoss", "Tanh", "Tensor", "TransformerDecoderLayer", "TransformerEncoderLayer", "clip_grad_norm_", "functional", "init", "manual_seed", "no_grad",
            "optim"]

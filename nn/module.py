@@ -206,13 +206,13 @@ class Module:
             pool = self.__dict__.setdefault("_kernel_pool", KernelPool())
         return pool
 
-    def __call__(self, *args):
+    def __call__(self, *args, **kwargs):
         """``forward`` with this layer as the kernel site: on the active pool
         (the enclosing model's, or a run's), else on this model's own."""
         outer = _pool.active_site()
         pool = self.kernel_pool if outer is None else outer.pool
         with _pool.activate(pool.site(self)):
-            return self.forward(*args)
+            return self.forward(*args, **kwargs)
 
     def forward(self, *args):
         """The layer's computation; subclasses define it."""
