@@ -110,20 +110,36 @@ def fold_transposes(graph: Graph) -> int:
 
 
 def dense_of_constants(graph: Graph) -> int:
-    """Make every ``matmul(x, C)`` of a 2-D ``x`` and a constant matrix ``C``
-    (``transpose_b`` or not, nothing fused) a ``dense`` of ``C`` as (K, N)
-    and a zero bias; return how many were."""
+    """Make every ``matmul(x, C)`` of an ``x`` of rank 2 or more and a
+    constant matrix ``C`` (``transpose_b`` or not, nothing fused) a ``dense``
+    of ``C`` as (K, N) and a zero bias, on ``x``'s rows (an ``x`` of more
+    axes viewed as (rows, K) and the result viewed back: a sequence model's
+    projections of (batch, tokens, features)); return how many were."""
     made = 0
     for node in list(graph.nodes):
         if not _plain_matmul(node) or node.attrs["transpose_a"]:
             continue
         x, w = node.inputs
-        if not w.is_const or len(w.shape) != 2 or len(x.shape) != 2 or x.dtype != w.dtype:
+        if not w.is_const or len(w.shape) != 2 or x.dtype != w.dtype:
             continue
         weight = np.ascontiguousarray(w.data.T if node.attrs["transpose_b"] else w.data)
         bias = graph.const(np.zeros(weight.shape[1], weight.dtype))
-        dense = _new(graph, node, "dense", [x, graph.const(weight, f"{w.name}_kn"), bias], {})
-        graph.replace_uses(node.outputs[0], dense.outputs[0])
+        lead = tuple(x.shape[:-1])
+        rows = x
+        if len(lead) > 1:
+            rows = _new(graph, node, "reshape", [x], {"shape": (_product(lead), x.shape[-1])}).outputs[0]
+        y = _new(graph, node, "dense", [rows, graph.const(weight, f"{w.name}_kn"), bias], {}).outputs[0]
+        if len(lead) > 1:
+            y = _new(graph, node, "reshape", [y], {"shape": lead + (weight.shape[1],)}).outputs[0]
+        graph.replace_uses(node.outputs[0], y)
         graph.nodes.remove(node)
         made += 1
     return made
+
+
+def _product(dims):
+    """The product of dims (ints or symbolic expressions)."""
+    out = dims[0]
+    for d in dims[1:]:
+        out = out * d
+    return out

@@ -120,3 +120,21 @@ def test_a_product_with_a_constant_matrix_exports_as_a_packed_dense_layer(tmp_pa
     assert [n.name for n in graph.nodes if not n.op.view] == ["dense_packed"]  # the bias folded into it
     predictor = Predictor(kiln.export(model, x[:1], tmp_path / "m.so"))
     np.testing.assert_allclose(predictor(x), x @ model.w.numpy().T + model.b.numpy(), rtol=1e-5, atol=1e-5)
+
+
+def test_a_product_of_sequences_with_a_constant_matrix_runs_on_their_rows(tmp_path):
+    class Projection(nn.Module):  # (batch, tokens, features) @ W + b, as a sequence model's Linear computes it
+        def __init__(self):
+            rng = np.random.default_rng(6)
+            self.w = nn.Parameter(rng.standard_normal((16, 24)).astype("float32"))
+            self.b = nn.Parameter(rng.standard_normal(24).astype("float32"))
+
+        def forward(self, x):
+            return F.matmul(x, self.w) + self.b
+
+    x = np.random.default_rng(7).standard_normal((3, 5, 16)).astype("float32")
+    model = Projection()
+    graph = optimize(trace(model, x[:1]), kiln.cpu())
+    assert [n.name for n in graph.nodes if not n.op.view] == ["dense_packed_add"]  # the bias add in its write-back
+    predictor = Predictor(kiln.export(model, x[:1], tmp_path / "m.so"))
+    np.testing.assert_allclose(predictor(x), x @ model.w.numpy() + model.b.numpy(), rtol=1e-5, atol=1e-5)
