@@ -30,11 +30,13 @@ import tvm
 import tvm_ffi
 
 #: the VM's instructions that only check shapes, allocate, make views or gather tensors into a tuple (and pick
-#: them out of one): nothing a replay must redo
+#: them out of one), or make a symbolic size a kernel takes as an argument (``make_prim_value``: fixed for
+#: the input shapes a plan is recorded for, and kept among the kernel's recorded arguments): nothing a replay
+#: must redo
 BOOKKEEPING = frozenset({
     "vm.builtin.alloc_shape_heap", "vm.builtin.check_tensor_info", "vm.builtin.match_shape",
     "vm.builtin.make_shape", "vm.builtin.reshape", "vm.builtin.alloc_storage", "vm.builtin.alloc_tensor",
-    "vm.builtin.null_value", "vm.builtin.make_tuple", "vm.builtin.tuple_getitem",
+    "vm.builtin.null_value", "vm.builtin.make_tuple", "vm.builtin.tuple_getitem", "vm.builtin.make_prim_value",
 })
 
 
