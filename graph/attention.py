@@ -32,6 +32,7 @@ import numpy as np
 
 from .fold import evaluate
 from .ir import Graph, Node, Value
+from .patterns import _scalar
 from .transposes import _new, _plain_matmul
 
 #: the permutations into heads: (B, S, H, D) -> (B, H, S, D), and -> (B, H, D, S) for keys read as kᵀ
@@ -39,10 +40,6 @@ TO_HEADS, TO_HEADS_T = (0, 2, 1, 3), (0, 2, 3, 1)
 #: sample scores and mask values the chain is run on, and how close it must come to ``c s + m``
 SCORES, MASK = np.array([0.0, 1.0, -2.5, 3.0]), np.array([1.0, -3.0, 0.5, -1e4])
 TOLERANCE = 1e-5
-
-
-def _scalar(value: Value) -> bool:
-    return value.is_const and value.data.size == 1
 
 
 def _chain(graph: Graph, value: Value, links: tuple = (), mask: Value | None = None):
@@ -95,7 +92,7 @@ def _scale(links: list[Node], scores: Value, mask: Value | None) -> float | None
     return c
 
 
-def _source(graph: Graph, value: Value, perm: tuple) -> Value | None:
+def _source(value: Value, perm: tuple) -> Value | None:
     """What ``value`` is the ``perm`` transpose of, where it is one and nothing is fused into it."""
     node = value.node
     if node is None or not node.op.permutes_axes or node.epilogue or node.prologue is not None:
@@ -104,13 +101,12 @@ def _source(graph: Graph, value: Value, perm: tuple) -> Value | None:
     return x if node.op.perm(len(x.shape), node.attrs.get("axes")) == perm else None
 
 
-def _operands(graph: Graph, first: Node, second: Node) -> tuple[str, list[Value]] | None:
+def _operands(first: Node, second: Node) -> tuple[str, list[Value]] | None:
     """``(layout, [q, k, v])`` the attention reads, or None."""
     q, k = first.inputs
     v = second.inputs[1]
     tb = first.attrs["transpose_b"]
-    heads = [_source(graph, q, TO_HEADS), _source(graph, k, TO_HEADS if tb else TO_HEADS_T),
-             _source(graph, v, TO_HEADS)]
+    heads = [_source(q, TO_HEADS), _source(k, TO_HEADS if tb else TO_HEADS_T), _source(v, TO_HEADS)]
     if all(x is not None for x in heads):
         return "bshd", heads
     if tb:
@@ -124,20 +120,18 @@ def _fuse(graph: Graph, softmax: Node) -> bool:
     if rank != 4 or softmax.epilogue or softmax.attrs["axis"] % rank != rank - 1:
         return False
     second = graph.sole_user(probs)
-    if second is None or graph.is_output(probs) or not _plain_matmul(second) or second.inputs[0] is not probs \
-            or second.inputs[1] is probs or second.attrs["transpose_a"] or second.attrs["transpose_b"]:
+    if second is None or not _plain_matmul(second) or second.inputs[0] is not probs \
+            or second.attrs["transpose_a"] or second.attrs["transpose_b"]:
         return False
     found = _chain(graph, scores)
     if found is None:
         return False
     first, links, mask = found
-    if graph.is_output(first.outputs[0]) or graph.sole_user(first.outputs[0]) is not (links or [softmax])[0]:
+    if graph.sole_user(first.outputs[0]) is not (links or [softmax])[0]:
         return False
-    operands = _operands(graph, first, second)
+    operands = _operands(first, second)
     dtype = probs.dtype
     if operands is None or any(v.dtype != dtype for v in operands[1] + [mask] if v is not None):
-        return False
-    if mask is not None and len(mask.shape) > 4:
         return False
     scale = _scale(links, first.outputs[0], mask)
     if scale is None:
@@ -149,7 +143,7 @@ def _fuse(graph: Graph, softmax: Node) -> bool:
     result = second.outputs[0]
     if layout == "bshd":
         back = graph.sole_user(result)
-        if back is not None and _source(graph, back.outputs[0], TO_HEADS) is result:
+        if back is not None and _source(back.outputs[0], TO_HEADS) is result:
             graph.replace_uses(back.outputs[0], out)
             return True
         out = _new(graph, second, "transpose", [out], {"axes": TO_HEADS}).outputs[0]

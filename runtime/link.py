@@ -12,8 +12,12 @@ from __future__ import annotations
 
 import shutil
 import subprocess
+from concurrent.futures import ThreadPoolExecutor
 
-from tvm.support import cc
+from tvm.runtime import _ffi_api
+from tvm.support import cc, utils
+
+from .. import config as kiln_config
 
 LD = shutil.which("ld")
 
@@ -39,23 +43,13 @@ def write_library(exportable, path: str, fcompile=link_shared) -> None:
     model's kernels into one per thread) emitted on as many threads: TVM's
     ``export_library`` emits them one after another, and emitting is most of
     writing a model's library. Anything else goes through ``export_library``."""
-    from concurrent.futures import ThreadPoolExecutor
-
-    from tvm.runtime import _ffi_api
-    from tvm.support import utils
-
-    from .. import config as kiln_config
-
     mod = getattr(exportable, "mod", exportable)
     modules = mod._collect_dso_modules()
-    if len(modules) < 2 or any(m.kind != "llvm" for m in modules) or not _ffi_api.RuntimeEnabled("llvm"):
+    if len(modules) < 2 or any(m.kind != "llvm" for m in modules) or not _ffi_api.RuntimeEnabled("llvm") \
+            or modules[0].get_function("__tvm_is_system_module")():
         exportable.export_library(path, fcompile=fcompile)
         return
-    first = modules[0]
-    if first.get_function("__tvm_is_system_module")():
-        exportable.export_library(path, fcompile=fcompile)
-        return
-    target = first.get_function("_get_target_string")()
+    target = modules[0].get_function("_get_target_string")()
     folder = utils.tempdir()
     files = [folder.relpath(f"lib{i}.o") for i in range(len(modules))]
     with ThreadPoolExecutor(max_workers=min(len(modules), kiln_config.num_threads())) as pool:

@@ -105,8 +105,10 @@ class Attention(Op):
     def flops(self, shapes, **attrs):
         b, h, n, d = logical(shapes[0], attrs["layout"])
         sk, dv = logical(shapes[1], attrs["layout"])[2], logical(shapes[2], attrs["layout"])[3]
-        total = size((b, h, n, sk))
-        return 2.0 * total * (static(d) + static(dv)) + 4.0 * total if isinstance(total, int) else 0.0
+        counts = [size((b, h, n, sk, d)), size((b, h, n, sk, dv)), size((b, h, n, sk))]
+        if not all(isinstance(c, int) for c in counts):
+            return 0.0
+        return 2.0 * (counts[0] + counts[1]) + 4.0 * counts[2]  # the two products, then scale, mask, exp, sum
 
     def compute(self, q, k, v, *mask, scale, causal, layout):
         b, h, n, d = logical(q.shape, layout)

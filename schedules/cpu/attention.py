@@ -23,6 +23,8 @@ from __future__ import annotations
 
 import math
 
+import numpy as np
+
 from ...te.attention import logical
 from ..config import Config
 from ..dispatch import NOT_APPLICABLE, NotApplicable, register_template
@@ -54,7 +56,7 @@ def schedule_attention(sch, block, cfg: Config) -> NotApplicable | None:
         return NOT_APPLICABLE
     dtype = workload.out_dtypes[0]
     lanes = cfg.target.lanes(dtype)
-    itemsize = 8 if dtype == "float64" else 4
+    itemsize = np.dtype(dtype).itemsize
     choices = [r for r in divisors(n) if r > 1]
     rows = cfg.define_knob("rows", choices,
                            default=max(r for r in choices if r == choices[0] or r * sk * itemsize <= SCORE_BYTES))
@@ -75,8 +77,9 @@ def schedule_attention(sch, block, cfg: Config) -> NotApplicable | None:
         sch.parallel(task)  # before the stages move in (TVM checks their dataflow)
     use_rf = sk % lanes == 0 and sk > lanes  # the row max and sum as ``lanes`` partial results
     partial = {name: _rfactor(sch, stages[name], lanes) for name in ("sum", "max")} if use_rf else {}
-    for name in ("acc", "sum", "sum_rf", "exp", "max", "max_rf", "score", "kt"):  # consumers first
-        stage = partial.get(name[:-3]) if name.endswith("_rf") else stages[name]
+    order = [stages["acc"], stages["sum"], partial.get("sum"), stages["exp"], stages["max"], partial.get("max"),
+             stages["score"], stages["kt"]]
+    for stage in order:  # consumers first
         if stage is not None:
             sch.compute_at(stage, task)
     for name in ("sum", "max"):
