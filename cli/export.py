@@ -44,13 +44,11 @@ def run(args) -> int:
     if args.input_shape:
         raise FrontendError("--input-shape applies to an .onnx model; a checkpoint's spec gives its input shape",
                             where="kiln export", arg="--input-shape")
-    import numpy as np
-
     from ..graph.export import export
-    from ..nn.checkpoint import load_checkpoint
+    from ..nn.checkpoint import example_input, load_checkpoint
 
     model, spec = load_checkpoint(args.checkpoint)
-    path = export(model, np.zeros((1, *spec["in_shape"]), "float32"), out)
+    path = export(model, example_input(spec, 1), out)
     info = {"path": str(path), "model": spec["model"], "input_shape": [None, *spec["in_shape"]]}
     print(json.dumps(info) if args.json else f"exported {spec['model']} to {path} (input (N, "
           f"{', '.join(map(str, spec['in_shape']))}))")

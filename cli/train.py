@@ -25,6 +25,7 @@ from ..outputs import PLOT_HINT, atomic_path, check_output_path, check_plot_path
 from .args import add_records_argument, apply_records_arg, positive_int, seed_int
 
 CLASSES = 10
+MODEL_CHOICES = ("mlp", "mlp-residual", "cnn", "resnet", "transformer", "lstm")
 
 
 def _learning_rate(text: str) -> float:
@@ -38,22 +39,29 @@ def _learning_rate(text: str) -> float:
 
 
 def register(subparsers) -> None:
-    parser = subparsers.add_parser("train", help="train a model on digits or MNIST and export it")
-    parser.add_argument("--dataset", choices=("digits", "mnist"), default="digits",
-                        help="digits: the 8x8 digits that scikit-learn ships; mnist: IDX files in --data-dir "
-                             "(default digits)")
+    parser = subparsers.add_parser("train", help="train a classifier on digits or MNIST, or a character language "
+                                   "model on text, and export it")
+    parser.add_argument("--dataset", choices=("digits", "mnist", "text"), default="digits",
+                        help="digits: the 8x8 digits that scikit-learn ships; mnist: IDX files in --data-dir; text: "
+                             "a character language model on --data-file, or on Python's own help texts "
+                             "(pydoc_data.topics) without one (default digits)")
     parser.add_argument("--data-dir", metavar="DIR", help="folder with the MNIST IDX files (for --dataset mnist)")
-    parser.add_argument("--model", choices=("mlp", "mlp-residual", "cnn", "resnet"), default="mlp",
+    parser.add_argument("--data-file", metavar="FILE.txt", help="a UTF-8 text to train on (for --dataset text)")
+    parser.add_argument("--seq-len", type=positive_int, default=None, metavar="N",
+                        help="characters per training window (for --dataset text; default 64)")
+    parser.add_argument("--model", choices=MODEL_CHOICES, default=None,
                         help="mlp: one hidden layer of 128; mlp-residual: plus a residual block; cnn: two conv + "
                              "BatchNorm layers and global average pooling; resnet: a conv stem and two residual "
-                             "blocks with BatchNorm (default mlp)")
-    parser.add_argument("--epochs", type=positive_int, default=20, metavar="N",
-                        help="passes over the training set (default 20)")
+                             "blocks with BatchNorm (default mlp); for --dataset text: transformer, 2 pre-norm "
+                             "causal layers of 128 with 4 heads, or lstm, 2 layers of 256 (default transformer)")
+    parser.add_argument("--epochs", type=positive_int, default=None, metavar="N",
+                        help="passes over the training set (default 20; 2 for --dataset text)")
     parser.add_argument("--batch-size", type=positive_int, default=64, metavar="B",
                         help="training batch size (default 64)")
     parser.add_argument("--optimizer", choices=("sgd", "adam"), default="adam",
                         help="adam, or sgd with momentum 0.9 (needle's dampened form) (default adam)")
-    parser.add_argument("--lr", type=_learning_rate, default=None, help="learning rate (default: sgd 0.1, adam 0.01)")
+    parser.add_argument("--lr", type=_learning_rate, default=None,
+                        help="learning rate (default: sgd 0.1, adam 0.01; for --dataset text sgd 0.5, adam 0.003)")
     parser.add_argument("--seed", type=seed_int, default=0, metavar="S",
                         help="seeds the initial weights and the shuffling (default 0)")
     parser.add_argument("--eager", action="store_true",
@@ -102,10 +110,25 @@ def run(args) -> int:
     from ..nn import data, train
     from ..nn.checkpoint import save_checkpoint
     from ..nn.data import check_labels
+    from ..nn.zoo import TEXT_MODELS
     from ..runtime import cache
 
     check_outputs(args)
     apply_records_arg(args)
+    if args.dataset == "text":
+        if args.data_dir is not None:
+            raise DataError("--data-dir holds MNIST's files; a text is given with --data-file", arg="--data-dir")
+        from . import train_text
+
+        args.seq_len = args.seq_len or 64
+        return train_text.run(args)
+    for arg, value in (("--data-file", args.data_file), ("--seq-len", args.seq_len)):
+        if value is not None:
+            raise DataError(f"{arg} applies to --dataset text, not {args.dataset}", arg=arg)
+    args.model = args.model or "mlp"
+    if args.model in TEXT_MODELS:
+        raise DataError(f"--model {args.model} is a language model: train it with --dataset text", arg="--model")
+    args.epochs = args.epochs or 20
     compiled_before, disk_before = cache.stats.compiled, cache.stats.disk_hits
     nn.init.manual_seed(args.seed)
     train_set, test_set = _datasets(args)
@@ -294,7 +317,7 @@ def _progress(epoch: int, total: int):
                 disable=not sys.stderr.isatty())
 
 
-def _plot(history, path: str) -> str:
+def _plot(history, path: str, test_label: str = "test loss", ylabel: str = "softmax loss") -> str:
     import matplotlib
 
     matplotlib.use("Agg")
@@ -303,9 +326,9 @@ def _plot(history, path: str) -> str:
     epochs = [e.epoch for e in history.epochs]
     fig, ax = plt.subplots(figsize=(6, 4))
     ax.plot(epochs, [e.train_loss for e in history.epochs], label="train loss")
-    ax.plot(epochs, [e.test_loss for e in history.epochs], label="test loss")
+    ax.plot(epochs, [e.test_loss for e in history.epochs], label=test_label)
     ax.set_xlabel("epoch")
-    ax.set_ylabel("softmax loss")
+    ax.set_ylabel(ylabel)
     ax.legend()
     fig.tight_layout()
     with atomic_path(path) as tmp:  # the temporary name has no suffix: say the type

@@ -63,10 +63,13 @@ def load_model(name: str, batch: int, input_shapes=(), training: bool = False):
     if not name.endswith(".npz"):
         raise AttrError(f"got {name!r}, expected a zoo model ({', '.join(MODELS)}), a checkpoint MODEL.npz "
                         "written by kiln train --save or an .onnx model", arg="--model")
-    from ..nn.checkpoint import load_checkpoint
+    from ..nn.checkpoint import example_input, load_checkpoint
 
     model, spec = load_checkpoint(name)
-    return model, np.zeros((batch, *spec["in_shape"]), "float32")
+    if training and spec.get("dataset") == "text":
+        raise AttrError("--training tunes a classifier's training step; a language model's checkpoint is tuned for "
+                        "inference (without --training)", arg="--training")
+    return model, example_input(spec, batch)
 
 
 def run(args) -> int:

@@ -35,6 +35,7 @@ from ..runtime.device import as_target, check_runs_here
 from ..schedules import config_key
 from ..te.workload import digest
 from ..version import __version__
+from .accumulate import join_products
 from .entries import static_config
 from .fuse import fuse_epilogues
 from .ir import Graph
@@ -72,13 +73,16 @@ def compile_graph(graph: Graph, target=None, winograd: bool | None = None):
 
 def optimize_step(graph: Graph, target=None, winograd: bool | None = None) -> Graph:
     """A step's passes, in place: drop the work no output needs, fold
-    transposes into the products reading them, fuse elementwise consumers
+    transposes into the products reading them, join a sum of products (a
+    recurrent weight's gradient over its steps) into one product, fuse
+    elementwise consumers
     into their producers, run each node as the implementation
     ``kiln.strategy`` chooses on ``target`` (default the CPU;
     ``winograd=False`` rules Winograd out; None: ``KILN_WINOGRAD``, on by
     default)."""
     graph.prune()
     fold_transposes(graph)
+    join_products(graph)
     fuse_epilogues(graph)
     implement(graph, as_target(target), kiln_config.winograd() if winograd is None else winograd)
     return graph

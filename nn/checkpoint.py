@@ -98,16 +98,16 @@ def load_checkpoint(path, model: M.Module | None = None) -> tuple[M.Module, dict
         zoo model; or the arrays do not fit the model (the message lists the
         missing, unexpected and mis-shaped names).
     """
-    from .train import MODELS, build_model
+    from .zoo import MODELS, TEXT_MODELS, build_model
 
     path = Path(path)
     state, spec = read_checkpoint(path)
     given = model is not None
     if model is None:
-        if spec.get("model") not in MODELS:
+        if spec.get("model") not in MODELS + TEXT_MODELS:
             raise CheckpointError(
                 f"{path} holds a model kiln cannot rebuild (its spec names model {spec.get('model')!r}; kiln "
-                f"rebuilds {', '.join(MODELS)}). Build it in Python, then load and export it: "
+                f"rebuilds {', '.join(MODELS + TEXT_MODELS)}). Build it in Python, then load and export it: "
                 "model.load_state_dict(kiln.nn.checkpoint.read_checkpoint(path)[0]); "
                 "kiln.export(model, example, 'model.so')")
         in_shape, classes = spec.get("in_shape"), spec.get("classes")
@@ -125,6 +125,12 @@ def load_checkpoint(path, model: M.Module | None = None) -> tuple[M.Module, dict
         raise CheckpointError(f"{_misfit(path, spec, model, given)}: {exc}") from None
     model.eval()
     return model, spec
+
+
+def example_input(spec: dict, batch: int):
+    """Zero inputs of ``batch`` samples for a checkpoint's model: float
+    images or rows, or int32 tokens for a language model (``dataset: text``)."""
+    return np.zeros((batch, *spec["in_shape"]), "int32" if spec.get("dataset") == "text" else "float32")
 
 
 def _misfit(path: Path, spec: dict, model: M.Module, given: bool) -> str:

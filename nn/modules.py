@@ -63,6 +63,9 @@ class Linear(Module):
         """(..., in_features) -> (..., out_features)."""
         if self.bias is not None and x.ndim == 2:
             return call("dense", x, self.weight, self.bias)
+        if self.bias is not None and x.ndim > 2 and all(isinstance(d, int) for d in x.shape):
+            rows = call("dense", x.reshape((-1, self.in_features)), self.weight, self.bias)  # one packed kernel
+            return rows.reshape((*x.shape[:-1], self.out_features))
         y = x @ self.weight
         return y + self.bias if self.bias is not None else y
 
@@ -150,10 +153,18 @@ class Dropout(Module):
 
 class SoftmaxLoss(Module):
     """Mean softmax cross-entropy of logits (N, C) against integer labels (N,)
-    in ``[0, C)``; other labels raise ``DataError`` (see ``functional.cross_entropy``)."""
+    in ``[0, C)``; other labels raise ``DataError`` (see ``functional.cross_entropy``).
+    Logits (..., C) with labels (...) (a language model's (N, L, C) and
+    (N, L)) are the mean over every position."""
 
     def forward(self, logits, labels):
         """The loss, a 0-d tensor."""
+        if len(logits.shape) > 2:
+            rows = int(np.prod(logits.shape[:-1]))
+            if tuple(labels.shape) != tuple(logits.shape[:-1]):
+                raise ShapeError(f"got labels of shape {tuple(labels.shape)}, expected {tuple(logits.shape[:-1])} "
+                                 f"for logits {tuple(logits.shape)}", where="SoftmaxLoss", arg="labels")
+            logits, labels = logits.reshape((rows, logits.shape[-1])), labels.reshape((rows,))
         return F.cross_entropy(logits, labels)
 
 

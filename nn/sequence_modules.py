@@ -1,5 +1,7 @@
 """Modules of sequence models with PyTorch's contracts: ``Embedding``,
-``LayerNorm`` and ``MultiheadAttention``.
+``LayerNorm`` and ``MultiheadAttention``; and the positional encodings
+(``SinusoidalPositionalEncoding``, ``LearnedPositionalEncoding``) PyTorch
+leaves to its tutorials.
 
 Parameters carry PyTorch's names and layouts (``in_proj_weight`` is
 (3E, E), as ``torch.nn.MultiheadAttention`` stores it), so
@@ -43,6 +45,60 @@ class Embedding(Module):
         idx = indices.numpy() if isinstance(indices, Tensor) else np.asarray(indices)
         keep = (idx != self.padding_idx)[..., None].astype(str(self.weight.dtype))
         return out * Tensor(keep)
+
+
+class SinusoidalPositionalEncoding(Module):
+    """Adds "Attention is all you need"'s encoding of each position,
+    ``pe[p, 2i] = sin(p / 10000^(2i/d))`` and ``pe[p, 2i+1] = cos(...)``, to
+    (N, L, d_model) inputs ((L, N, d_model) unless ``batch_first``), then
+    applies dropout. The table (``pe``, (max_len, d_model)) is a buffer: saved
+    with the state, never trained."""
+
+    def __init__(self, d_model: int, max_len: int = 5000, dropout: float = 0.0, batch_first: bool = True,
+                 dtype="float32"):
+        if d_model < 1 or max_len < 1:
+            raise AttrError(f"got d_model={d_model}, max_len={max_len}, expected positive sizes",
+                            where="SinusoidalPositionalEncoding", arg="d_model")
+        position = np.arange(max_len, dtype="float64")[:, None]
+        freq = np.exp(np.arange(0, d_model, 2, dtype="float64") * (-np.log(10000.0) / d_model))
+        pe = np.zeros((max_len, d_model))
+        pe[:, 0::2] = np.sin(position * freq)
+        pe[:, 1::2] = np.cos(position * freq[:d_model // 2])
+        self.pe = Tensor(pe.astype(dtype))
+        self.dropout, self.batch_first, self.max_len = float(dropout), bool(batch_first), max_len
+
+    def forward(self, x):
+        return F.dropout(x + _positions(self, self.pe, x), self.dropout, self.training)
+
+
+class LearnedPositionalEncoding(Module):
+    """Adds a trained vector per position (``weight``, (max_len, d_model),
+    N(0, 0.02) at the start as GPT-2's) to (N, L, d_model) inputs ((L, N,
+    d_model) unless ``batch_first``), then applies dropout."""
+
+    def __init__(self, max_len: int, d_model: int, dropout: float = 0.0, batch_first: bool = True, dtype="float32"):
+        if d_model < 1 or max_len < 1:
+            raise AttrError(f"got max_len={max_len}, d_model={d_model}, expected positive sizes",
+                            where="LearnedPositionalEncoding", arg="max_len")
+        self.weight = Parameter(init.randn(max_len, d_model, std=0.02, dtype=dtype).numpy())
+        self.dropout, self.batch_first, self.max_len = float(dropout), bool(batch_first), max_len
+
+    def forward(self, x):
+        return F.dropout(x + _positions(self, self.weight, x), self.dropout, self.training)
+
+
+def _positions(module, table, x):
+    """The rows of ``table`` for ``x``'s positions, shaped to add to ``x``."""
+    where = type(module).__name__
+    if len(x.shape) != 3 or x.shape[-1] != table.shape[1]:
+        raise ShapeError(f"got input of shape {tuple(x.shape)}, expected 3 dims ending in d_model={table.shape[1]}",
+                         where=where, arg="x")
+    length = x.shape[1] if module.batch_first else x.shape[0]
+    if isinstance(length, int) and length > module.max_len:
+        raise ShapeError(f"got a sequence of {length} positions, expected at most max_len={module.max_len}",
+                         where=where, arg="x")
+    rows = table if length == module.max_len else table[:length]
+    return rows if module.batch_first else rows.reshape((length, 1, table.shape[1]))
 
 
 class LayerNorm(Module):

@@ -89,9 +89,9 @@ def run_epoch(model, loader, loss_fn, optimizer=None, progress=None, classes: in
                 with no_grad():
                     logits = model(xs)
                     loss = loss_fn(logits, ys)
-            n = len(y)
+            n = int(np.size(y))  # predictions: one per sample, or per position of a sequence
             total_loss += loss.item() * n
-            wrong += int(np.sum(logits.numpy().argmax(axis=1) != y))
+            wrong += int(np.sum(logits.numpy().argmax(axis=-1) != np.asarray(y)))
             seen += n
             if progress is not None:
                 progress.update(1)

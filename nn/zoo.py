@@ -1,8 +1,11 @@
 """The models ``kiln train`` knows, by name, and the blocks only they use.
 
 ``build_model(name, in_shape, classes)`` builds one; ``MODELS`` lists the
-names and ``IMAGE_MODELS`` those that read images (N, C, H, W) rather than
-flat rows. Checkpoints store the name and rebuild the model from it.
+classifiers' names and ``IMAGE_MODELS`` those that read images (N, C, H, W)
+rather than flat rows; ``TEXT_MODELS`` the language models
+(``nn/language_model.py``), whose ``in_shape`` is ``(seq_len,)`` and
+``classes`` the vocabulary's size. Checkpoints store the name and rebuild
+the model from it.
 """
 from __future__ import annotations
 
@@ -13,6 +16,7 @@ from . import modules as M
 
 MODELS = ("mlp", "mlp-residual", "cnn", "resnet")
 IMAGE_MODELS = ("cnn", "resnet")
+TEXT_MODELS = ("transformer", "lstm")
 
 
 class BasicBlock(M.Module):
@@ -57,6 +61,13 @@ def build_model(name: str, in_shape: tuple, classes: int, hidden: int = 128) -> 
     if name == "mlp-residual":
         return M.Sequential(M.Flatten(), M.Linear(int(np.prod(in_shape)), hidden), M.ReLU(),
                             M.Residual(M.Sequential(M.Linear(hidden, hidden), M.ReLU())), M.Linear(hidden, classes))
+    if name in TEXT_MODELS:
+        from .language_model import build_language_model
+
+        if len(in_shape) != 1:
+            raise AttrError(f"got input shape {tuple(in_shape)}, expected (seq_len,) for {name!r}",
+                            where="build_model", arg="in_shape")
+        return build_language_model(name, classes, max_len=in_shape[0])
     if name in IMAGE_MODELS and len(in_shape) != 3:
         raise AttrError(f"got input shape {tuple(in_shape)}, expected (channels, height, width) for {name!r}",
                         where="build_model", arg="in_shape")
@@ -66,4 +77,5 @@ def build_model(name: str, in_shape: tuple, classes: int, hidden: int = 128) -> 
                             M.BatchNorm2d(32), M.ReLU(), M.GlobalAvgPool2d(), M.Linear(32, classes))
     if name == "resnet":
         return resnet(in_shape[0], classes)
-    raise AttrError(f"got {name!r}, expected one of {', '.join(MODELS)}", where="build_model", arg="model")
+    raise AttrError(f"got {name!r}, expected one of {', '.join(MODELS + TEXT_MODELS)}", where="build_model",
+                    arg="model")

@@ -238,6 +238,7 @@ class Binary(Op):
 class Add(Binary):
     name = "add"
     commutative = True
+    sums_operands = True
     affine_operands = (0, 1)
     grad_inputs = ()
     grad_output = False

@@ -25,6 +25,7 @@ EXPECTED = {
     "transposed_operands": {"matmul"},
     "dense_layer": {"dense"},
     "normalizes_rows": {"softmax"},
+    "sums_operands": {"add"},
     # the ops of the families runtime.measure scored in GFLOPS (matmul, conv2d, conv2d_backward_weight)
     "compute_bound": {"attention", "matmul", "dense", "dense_packed", "conv2d", "conv2d_packed", "conv2d_backward_data",
                       "conv2d_backward_weight"},
