@@ -138,3 +138,4 @@ def test_a_product_of_sequences_with_a_constant_matrix_runs_on_their_rows(tmp_pa
     assert [n.name for n in graph.nodes if not n.op.view] == ["dense_packed_add"]  # the bias add in its write-back
     predictor = Predictor(kiln.export(model, x[:1], tmp_path / "m.so"))
     np.testing.assert_allclose(predictor(x), x @ model.w.numpy() + model.b.numpy(), rtol=1e-5, atol=1e-5)
+
