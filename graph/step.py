@@ -35,7 +35,7 @@ from ..runtime.device import as_target, check_runs_here
 from ..schedules import config_key
 from ..te.workload import digest
 from ..version import __version__
-from .accumulate import join_products
+from .products import join_products, transpose_once
 from .entries import static_config
 from .fuse import fuse_epilogues
 from .ir import Graph
@@ -74,7 +74,8 @@ def compile_graph(graph: Graph, target=None, winograd: bool | None = None):
 def optimize_step(graph: Graph, target=None, winograd: bool | None = None) -> Graph:
     """A step's passes, in place: drop the work no output needs, fold
     transposes into the products reading them, join a sum of products (a
-    recurrent weight's gradient over its steps) into one product, fuse
+    recurrent weight's gradient over its steps) into one product, lay out
+    once a weight many products read transposed, fuse
     elementwise consumers
     into their producers, run each node as the implementation
     ``kiln.strategy`` chooses on ``target`` (default the CPU;
@@ -83,6 +84,7 @@ def optimize_step(graph: Graph, target=None, winograd: bool | None = None) -> Gr
     graph.prune()
     fold_transposes(graph)
     join_products(graph)
+    transpose_once(graph)
     fuse_epilogues(graph)
     implement(graph, as_target(target), kiln_config.winograd() if winograd is None else winograd)
     return graph

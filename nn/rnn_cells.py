@@ -36,10 +36,10 @@ def _rnn_step(xw, h, w_hh, b_hh, nonlinearity: str):
 
 
 def _lstm_step(xw, state, w_hh, b_hh):
+    """``(h, c)`` after one step: the gates' activations and the state update are one ``lstm_cell`` kernel."""
     h, c = state
-    i, f, g, o = F.chunk(xw + _affine(h, w_hh, b_hh), 4, axis=1)
-    c = f.sigmoid() * c + i.sigmoid() * g.tanh()
-    return o.sigmoid() * c.tanh(), c
+    h, c = call("lstm_cell", xw + _affine(h, w_hh, b_hh), c)
+    return h, c
 
 
 def _gru_step(xw, h, w_hh, b_hh):

@@ -115,7 +115,7 @@ class Op:
     #: graph.transposes: ``x @ w + b`` of matrices (``relu`` optional), which a
     #: product reading ``w`` transposed and a bias add compute alike.
     dense_layer: bool = False
-    #: graph.accumulate: its output is the sum of its two operands (``add``),
+    #: graph.products: its output is the sum of its two operands (``add``),
     #: so a sum of matrix products joins into one product over their K axes.
     sums_operands: bool = False
     #: graph.attention: ``softmax`` over ``axis`` (exp(x - max) over its sum),

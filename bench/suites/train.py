@@ -25,10 +25,12 @@ import numpy as np
 from ... import nn
 from ...nn import optim
 from ...nn.compiled import compile as compiled
+from ...nn.language_model import LSTMLM, TransformerLM
 from ...nn.tensor import Tensor
 from ...nn.train import build_model
 from ...nn.zoo import BasicBlock
 from ...runtime import engine
+from ..lm_twins import lstm_twin, transformer_twin
 from ..rows import make_row
 from ..timing import calls_sampler, compare
 from ..twins import torch_twin
@@ -79,8 +81,19 @@ QUICK = {"zoo mlp 1x8x8, batch 16, SGD": (lambda: build_model("mlp", (1, 8, 8), 
 #: sequence length, SGD momentum); the reference trains the PyTorch model itself
 IMPORTED = {"BERT-small fine-tuning (4 layers of 512, 8 heads, 2 labels), seq 128, batch 8, SGD momentum 0.9":
             (8, 128, 0.9)}
+#: language models on characters (vocabulary 103, pydoc_data.topics's), no dropout: name: (model factory,
+#: PyTorch twin, batch, sequence length, SGD momentum); the twin has the kiln model's weights
+LANGUAGE_MODELS = {
+    "transformer LM (4 layers of 256, 4 heads), seq 128, batch 16, SGD momentum 0.9":
+        (lambda: TransformerLM(103, 256, 4, 4, max_len=128, dropout=0.0), transformer_twin, 16, 128, 0.9),
+    "LSTM LM (2 layers of 256), seq 64, batch 32, SGD momentum 0.9":
+        (lambda: LSTMLM(103, 64, 256, 2, dropout=0.0), lstm_twin, 32, 64, 0.9),
+}
 #: the compiled steps held to 0.8x PyTorch's time (models at their real size); the rest to parity
-COMPILED_TARGETS = {"ResNet-18 3x32x32, batch 32, SGD momentum 0.9": 1.25, **dict.fromkeys(IMPORTED, 1.25)}
+COMPILED_TARGETS = {"ResNet-18 3x32x32, batch 32, SGD momentum 0.9": 1.25, **dict.fromkeys(IMPORTED, 1.25),
+                    **dict.fromkeys(LANGUAGE_MODELS, 1.25)}
+#: the eager steps held to other bounds than parity: the language models' to 1.5x PyTorch's time
+EAGER_TARGETS = dict.fromkeys(LANGUAGE_MODELS, 1 / 1.5)
 LR = 0.01
 
 
@@ -138,8 +151,8 @@ def torch_step(torch, model, x, y: np.ndarray, momentum: float = 0.0) -> Callabl
 
 def _rows(name: str, samplers: dict, repeat: int, note: str | None) -> list[dict]:
     sides = compare(samplers, repeat)
-    return [make_row(f"train step: {name}", "ms", sides["kiln"], "PyTorch eager", sides.get("ref"), TARGET,
-                     note=note),
+    return [make_row(f"train step: {name}", "ms", sides["kiln"], "PyTorch eager", sides.get("ref"),
+                     EAGER_TARGETS.get(name, TARGET), note=note),
             make_row(f"train step (compiled): {name}", "ms", sides["compiled"], "PyTorch eager", sides.get("ref"),
                      COMPILED_TARGETS.get(name, TARGET), note=note)]
 
@@ -163,6 +176,21 @@ def _imported(name: str, batch: int, seq: int, momentum: float, repeat: int) -> 
                 "compiled": calls_sampler(compiled_step(once, x, y, momentum)),
                 "ref": calls_sampler(torch_step(torch, model.train(), x, y, momentum))}
     return _rows(name, samplers, repeat, None)
+
+
+def _language_model(torch, name: str, make, twin, batch: int, seq: int, momentum: float, repeat: int) -> list[dict]:
+    """The rows of a language model: next-token labels for every position."""
+    rng = np.random.default_rng(0)
+    x = rng.integers(0, 103, (batch, seq)).astype("int32")
+    y = rng.integers(0, 103, (batch, seq)).astype("int32")
+    nn.init.manual_seed(0)
+    samplers = {}
+    if torch is not None:
+        torch.manual_seed(0)
+        samplers["ref"] = calls_sampler(torch_step(torch, twin(torch, make()).train(), x, y.reshape(-1), momentum))
+    samplers = {"kiln": calls_sampler(kiln_step(make().train(), x, y, momentum)),
+                "compiled": calls_sampler(compiled_step(make().train(), x, y, momentum)), **samplers}
+    return _rows(name, samplers, repeat, None if torch is not None else "PyTorch is not installed: no ratio")
 
 
 def _missing(name: str, why: str) -> list[dict]:
@@ -192,4 +220,6 @@ def run(context, repeat: int, quick: bool = False) -> list[dict]:
         has_transformers = importlib.util.find_spec("transformers") is not None
         rows += _imported(name, batch, seq, momentum, repeat) if torch is not None and has_transformers else \
             _missing(name, "not run: it needs torch and transformers")
+    for name, (make, twin, batch, seq, momentum) in ({} if quick else LANGUAGE_MODELS).items():
+        rows += _language_model(torch, name, make, twin, batch, seq, momentum, repeat)
     return rows

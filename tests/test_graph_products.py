@@ -1,10 +1,11 @@
-"""``graph.accumulate``: a sum of matrix products (a recurrent weight's
+"""``graph.products``: a sum of matrix products (a recurrent weight's
 gradient over its steps) joins into one product over the joined K axes,
-giving the same sum."""
+giving the same sum; a weight many products read transposed is laid out
+transposed once."""
 import numpy as np
 
 from kiln.graph import trace
-from kiln.graph.accumulate import join_products
+from kiln.graph.products import join_products, transpose_once
 from kiln.te import call
 
 
@@ -40,3 +41,19 @@ def test_a_sum_of_products_joins_into_one_product_over_k():
     assert _ops(graph).count("matmul") == 1 and _ops(graph).count("concatenate") == 2
     np.testing.assert_allclose(_run(graph, h, g)[0], want, rtol=1e-5, atol=1e-5)
     np.testing.assert_allclose(want, np.einsum("tki,tkj->ij", h, g) + g[0][:1], rtol=1e-4, atol=1e-4)
+
+
+def test_a_weight_many_products_read_transposed_is_transposed_once():
+    def states(g, w):
+        return [call("matmul", g[t], w, transpose_b=True) for t in range(5)]
+
+    rng = np.random.default_rng(8)
+    g, w = rng.standard_normal((5, 3, 8)).astype("float32"), rng.standard_normal((4, 8)).astype("float32")
+    graph = trace(states, (g, w), dynamic_batch=False)
+    want = _run(graph, g, w)
+    assert transpose_once(graph) == 1
+    products = [n for n in graph.nodes if n.op.name == "matmul"]
+    assert len(products) == 5 and not any(n.attrs["transpose_b"] for n in products)
+    assert _ops(graph).count("transpose") == 1
+    for got, expected in zip(_run(graph, g, w), want):
+        np.testing.assert_allclose(got, expected, rtol=1e-5, atol=1e-5)

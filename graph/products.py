@@ -1,4 +1,6 @@
-"""Join a sum of matrix products into one product over their K axes.
+"""Passes over the many small products of an unrolled recurrence, in a
+training step: a sum of them joined into one product over their K axes,
+and a weight many of them read transposed laid out transposed once.
 
 A weight read by many steps — a recurrent layer's state weight, unrolled
 over a sequence — gets its gradient as a sum of one small product per step:
@@ -12,8 +14,14 @@ gradients of their recurrent layers).
 add read only by the next) whose leaves include two or more plain 2-D
 ``matmul`` outputs of one shape, dtype and operand flags, each read only by
 the tree, and replaces them with ``concatenate`` of each operand along its K
-axis and one ``matmul``; the other leaves are added to it as before. Runs in
-a training step's passes, before ``graph.fuse`` turns adds into epilogues.
+axis and one ``matmul``; the other leaves are added to it as before.
+
+The same layer's state gradient at each step is ``g_t W_hhᵀ``: a product
+reading the weight transposed, which runs slower than one reading a (K, N)
+matrix as it is laid out (its panels of N are strided). ``transpose_once``
+gives a graph input that ``MIN_PRODUCTS`` or more products read transposed
+one ``transpose`` before its first reader, and those products read it as
+laid out. Both run before ``graph.fuse`` turns adds into epilogues.
 """
 from __future__ import annotations
 
@@ -74,6 +82,26 @@ def join_products(graph: Graph) -> int:
     if joined:
         graph.prune()
     return joined
+
+
+def transpose_once(graph: Graph) -> int:
+    """Lay out once each graph input many 2-D products read transposed as their
+    right operand; return how many inputs were."""
+    readers = defaultdict(list)
+    for node in graph.nodes:
+        if _plain_product(node) and node.attrs["transpose_b"] and node.inputs[1] in graph.inputs:
+            readers[id(node.inputs[1])].append(node)
+    done = 0
+    for products in readers.values():
+        if len(products) < MIN_PRODUCTS:
+            continue
+        weight = products[0].inputs[1]
+        flipped = _new(graph, products[0], get_op("transpose"), [weight], {"axes": (1, 0)}).outputs[0]
+        for node in products:
+            node.inputs = [node.inputs[0], flipped]
+            node.attrs = dict(node.attrs, transpose_b=False)
+        done += 1
+    return done
 
 
 def _plain_product(node: Node) -> bool:

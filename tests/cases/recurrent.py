@@ -1,0 +1,12 @@
+"""The LSTM step's fused elementwise kernel and its gradient."""
+from helpers import Case
+
+CASES = [
+    Case("lstm_cell", [(4, 32), (4, 8)]),
+    Case("lstm_cell", [(3, 20), (3, 5)], "float64"),
+    Case("lstm_cell", [(2, 12), (2, 3)], ["float32", "float64"], grad=False),
+    # a language model's step: batch 32, hidden 256
+    Case("lstm_cell", [(32, 1024), (32, 256)], grad=False),
+    Case("lstm_cell_grad", [(4, 32), (4, 8), (4, 8), (4, 8)], grad=False),
+    Case("lstm_cell_grad", [(3, 20), (3, 5), (3, 5), (3, 5)], "float64", grad=False),
+]
