@@ -11,18 +11,15 @@ checkpoint is then written as it stands).
 from __future__ import annotations
 
 import argparse
-import contextlib
 import json
 import math
-import signal
 import sys
-import threading
 import time
-from typing import Callable, Iterator
 
 from ..errors import DataError, OutputError
-from ..outputs import PLOT_HINT, atomic_path, check_output_path, check_plot_path
+from ..outputs import PLOT_HINT, check_output_path, check_plot_path
 from .args import add_records_argument, apply_records_arg, positive_int, seed_int
+from .train_run import CompileProgress, plot_losses, progress_bar, stop_requests
 
 CLASSES = 10
 MODEL_CHOICES = ("mlp", "mlp-residual", "cnn", "resnet", "transformer", "lstm")
@@ -157,8 +154,8 @@ def run(args) -> int:
         print(stats.row(), file=table, flush=True)
 
     try:
-        with _stop_requests() as stop, CompileProgress():
-            history = train.fit(model, train_loader, test_loader, opt, args.epochs, progress_factory=_progress,
+        with stop_requests() as stop, CompileProgress():
+            history = train.fit(model, train_loader, test_loader, opt, args.epochs, progress_factory=progress_bar,
                                 on_epoch=on_epoch, classes=CLASSES, on_batch=stop, compiled=not args.eager)
     except KeyboardInterrupt:
         where = (f"checkpoint written to {save_checkpoint(model, args.save, spec)}" if args.save
@@ -173,7 +170,7 @@ def run(args) -> int:
     if args.export:
         result["export"] = _export(model, test_set, args.export)
     if args.plot:
-        result["plot"] = _plot(history, args.plot)
+        result["plot"] = plot_losses(history, args.plot)
     result["kernels"] = {"compiled": cache.stats.compiled - compiled_before,
                          "from_disk_cache": cache.stats.disk_hits - disk_before}
     if args.json:
@@ -211,127 +208,3 @@ def _export(model, test_set, path: str) -> dict:
     return {"path": str(written), "seconds": time.perf_counter() - start, "predictions": predicted.tolist(),
             "labels": [int(test_set[i][1]) for i in range(count)],
             "matches_model": bool(np.array_equal(predicted, expected))}
-
-
-@contextlib.contextmanager
-def _stop_requests() -> Iterator[Callable[[], None]]:
-    """A callback for between steps that raises ``KeyboardInterrupt`` once Ctrl-C
-    was pressed, so a first Ctrl-C stops training at a step boundary (every
-    parameter updated by the same steps); a second one interrupts at once."""
-    requested = threading.Event()
-
-    def between_steps() -> None:
-        if requested.is_set():
-            raise KeyboardInterrupt
-
-    if threading.current_thread() is not threading.main_thread():  # signals reach the main thread only
-        yield between_steps
-        return
-
-    def on_sigint(signum, frame):
-        if requested.is_set():
-            raise KeyboardInterrupt
-        requested.set()
-        start = "\n" if sys.stderr.isatty() else ""  # off the line the terminal's ^C is on
-        print(f"{start}kiln train: stopping after this step (Ctrl-C again to stop at once)", file=sys.stderr,
-              flush=True)
-
-    previous = signal.signal(signal.SIGINT, on_sigint)
-    try:
-        yield between_steps
-    finally:
-        signal.signal(signal.SIGINT, previous)
-
-
-class CompileProgress:
-    """While kernels are still being compiled ``after`` seconds into a run, say
-    so on stderr — ``compiling kernels: N done (X s)``, at most every
-    ``every`` seconds and once more when compiling has paused for ``quiet``
-    seconds, X the time until the latest one finished — so a first run's
-    compile time is not mistaken for a hang. Silent when compiling ends
-    sooner (a warm kernel cache).
-
-    Parameters
-    ----------
-    count : callable
-        The number of kernels compiled so far (default: the kernel cache's count).
-    """
-
-    def __init__(self, count: Callable[[], int] | None = None, after: float = 3.0, every: float = 5.0,
-                 quiet: float = 1.0, stream=None, poll: float = 0.25):
-        self.count = count or _compiled_count
-        self.after, self.every, self.quiet, self.poll, self.stream = after, every, quiet, poll, stream
-        self.lines: list[str] = []
-        self._stop = threading.Event()
-        self._thread = threading.Thread(target=self._watch, name="kiln compile progress", daemon=True)
-
-    def __enter__(self) -> "CompileProgress":
-        self._base, self._start = self.count(), time.perf_counter()
-        self._seen, self._reported, self._last_change = 0, 0, self._start
-        self._thread.start()
-        return self
-
-    def __exit__(self, *exc) -> None:
-        self._stop.set()
-        self._thread.join()
-        self._observe(time.perf_counter())
-        if self._reported and self._seen != self._reported:
-            self._report()
-
-    def _watch(self) -> None:
-        last_line = 0.0
-        while not self._stop.wait(self.poll):
-            now = time.perf_counter()
-            self._observe(now)
-            late = self._last_change - self._start >= self.after  # still compiling past `after`
-            due = not self._reported or now - last_line >= self.every or now - self._last_change >= self.quiet
-            if late and self._seen != self._reported and due:
-                self._report()
-                last_line = now
-
-    def _observe(self, now: float) -> None:
-        done = self.count() - self._base
-        if done != self._seen:
-            self._seen, self._last_change = done, now
-
-    def _report(self) -> None:
-        from tqdm import tqdm
-
-        self._reported = self._seen
-        line = f"compiling kernels: {self._seen} done ({self._last_change - self._start:.1f} s)"
-        self.lines.append(line)
-        tqdm.write(line, file=self.stream or sys.stderr)  # above a progress bar, if one is drawn
-
-
-def _compiled_count() -> int:
-    """Kernels compiled so far: the kernel cache's count (a CompileProgress's default)."""
-    from ..runtime import cache
-
-    return cache.stats.compiled
-
-
-def _progress(epoch: int, total: int):
-    from tqdm import tqdm
-
-    return tqdm(total=total, desc=f"epoch {epoch}", unit="batch", leave=False, file=sys.stderr,
-                disable=not sys.stderr.isatty())
-
-
-def _plot(history, path: str, test_label: str = "test loss", ylabel: str = "softmax loss") -> str:
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
-    epochs = [e.epoch for e in history.epochs]
-    fig, ax = plt.subplots(figsize=(6, 4))
-    ax.plot(epochs, [e.train_loss for e in history.epochs], label="train loss")
-    ax.plot(epochs, [e.test_loss for e in history.epochs], label=test_label)
-    ax.set_xlabel("epoch")
-    ax.set_ylabel(ylabel)
-    ax.legend()
-    fig.tight_layout()
-    with atomic_path(path) as tmp:  # the temporary name has no suffix: say the type
-        fig.savefig(tmp, format=path.rsplit(".", 1)[-1].lower())
-    plt.close(fig)
-    return path

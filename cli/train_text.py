@@ -11,7 +11,7 @@ import sys
 import time
 
 from ..errors import AttrError
-from .train import CompileProgress, _plot, _progress, _stop_requests
+from .train_run import CompileProgress, plot_losses, progress_bar, stop_requests
 
 HEADER = (f"{'epoch':>5} | {'train loss':>10} | {'train ppl':>9} | {'val loss':>8} | {'val ppl':>8} | "
           f"{'val err':>7} | {'time':>6}\n" + "-" * 72)
@@ -67,8 +67,8 @@ def run(args) -> int:
         print(row(stats), file=table, flush=True)
 
     try:
-        with _stop_requests() as stop, CompileProgress():
-            history = train.fit(model, train_loader, val_loader, opt, epochs, progress_factory=_progress,
+        with stop_requests() as stop, CompileProgress():
+            history = train.fit(model, train_loader, val_loader, opt, epochs, progress_factory=progress_bar,
                                 on_epoch=on_epoch, classes=len(vocab), on_batch=stop, compiled=not args.eager)
     except KeyboardInterrupt:
         where = (f"checkpoint written to {save_checkpoint(model, args.save, spec)}" if args.save
@@ -85,7 +85,7 @@ def run(args) -> int:
     if args.export:
         result["export"] = _export(model, val_set, args.export)
     if args.plot:
-        result["plot"] = _plot(history, args.plot, "validation loss", "cross-entropy (nats)")
+        result["plot"] = plot_losses(history, args.plot, "validation loss", "cross-entropy (nats)")
     result["kernels"] = {"compiled": cache.stats.compiled - compiled_before,
                          "from_disk_cache": cache.stats.disk_hits - disk_before}
     if args.json:

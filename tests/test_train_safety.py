@@ -15,7 +15,7 @@ import pytest
 
 from kiln import nn
 from kiln.cli import build_parser, main
-from kiln.cli.train import CompileProgress
+from kiln.cli.train_run import CompileProgress
 from kiln.errors import DataError
 from kiln.nn import data, train
 from kiln.nn.checkpoint import load_checkpoint

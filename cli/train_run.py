@@ -1,0 +1,138 @@
+"""What a ``kiln train`` run shows and how it stops, for both its branches
+(classifiers, ``train.py``; language models, ``train_text.py``): Ctrl-C at
+a step boundary, the compile progress lines, the progress bar and the loss
+plot."""
+from __future__ import annotations
+
+import contextlib
+import signal
+import sys
+import threading
+import time
+from typing import Callable, Iterator
+
+from ..outputs import atomic_path
+
+
+@contextlib.contextmanager
+def stop_requests() -> Iterator[Callable[[], None]]:
+    """A callback for between steps that raises ``KeyboardInterrupt`` once Ctrl-C
+    was pressed, so a first Ctrl-C stops training at a step boundary (every
+    parameter updated by the same steps); a second one interrupts at once."""
+    requested = threading.Event()
+
+    def between_steps() -> None:
+        if requested.is_set():
+            raise KeyboardInterrupt
+
+    if threading.current_thread() is not threading.main_thread():  # signals reach the main thread only
+        yield between_steps
+        return
+
+    def on_sigint(signum, frame):
+        if requested.is_set():
+            raise KeyboardInterrupt
+        requested.set()
+        start = "\n" if sys.stderr.isatty() else ""  # off the line the terminal's ^C is on
+        print(f"{start}kiln train: stopping after this step (Ctrl-C again to stop at once)", file=sys.stderr,
+              flush=True)
+
+    previous = signal.signal(signal.SIGINT, on_sigint)
+    try:
+        yield between_steps
+    finally:
+        signal.signal(signal.SIGINT, previous)
+
+
+class CompileProgress:
+    """While kernels are still being compiled ``after`` seconds into a run, say
+    so on stderr — ``compiling kernels: N done (X s)``, at most every
+    ``every`` seconds and once more when compiling has paused for ``quiet``
+    seconds, X the time until the latest one finished — so a first run's
+    compile time is not mistaken for a hang. Silent when compiling ends
+    sooner (a warm kernel cache).
+
+    Parameters
+    ----------
+    count : callable
+        The number of kernels compiled so far (default: the kernel cache's count).
+    """
+
+    def __init__(self, count: Callable[[], int] | None = None, after: float = 3.0, every: float = 5.0,
+                 quiet: float = 1.0, stream=None, poll: float = 0.25):
+        self.count = count or _compiled_count
+        self.after, self.every, self.quiet, self.poll, self.stream = after, every, quiet, poll, stream
+        self.lines: list[str] = []
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._watch, name="kiln compile progress", daemon=True)
+
+    def __enter__(self) -> "CompileProgress":
+        self._base, self._start = self.count(), time.perf_counter()
+        self._seen, self._reported, self._last_change = 0, 0, self._start
+        self._thread.start()
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self._stop.set()
+        self._thread.join()
+        self._observe(time.perf_counter())
+        if self._reported and self._seen != self._reported:
+            self._report()
+
+    def _watch(self) -> None:
+        last_line = 0.0
+        while not self._stop.wait(self.poll):
+            now = time.perf_counter()
+            self._observe(now)
+            late = self._last_change - self._start >= self.after  # still compiling past `after`
+            due = not self._reported or now - last_line >= self.every or now - self._last_change >= self.quiet
+            if late and self._seen != self._reported and due:
+                self._report()
+                last_line = now
+
+    def _observe(self, now: float) -> None:
+        done = self.count() - self._base
+        if done != self._seen:
+            self._seen, self._last_change = done, now
+
+    def _report(self) -> None:
+        from tqdm import tqdm
+
+        self._reported = self._seen
+        line = f"compiling kernels: {self._seen} done ({self._last_change - self._start:.1f} s)"
+        self.lines.append(line)
+        tqdm.write(line, file=self.stream or sys.stderr)  # above a progress bar, if one is drawn
+
+
+def _compiled_count() -> int:
+    """Kernels compiled so far: the kernel cache's count (a CompileProgress's default)."""
+    from ..runtime import cache
+
+    return cache.stats.compiled
+
+
+def progress_bar(epoch: int, total: int):
+    from tqdm import tqdm
+
+    return tqdm(total=total, desc=f"epoch {epoch}", unit="batch", leave=False, file=sys.stderr,
+                disable=not sys.stderr.isatty())
+
+
+def plot_losses(history, path: str, test_label: str = "test loss", ylabel: str = "softmax loss") -> str:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    epochs = [e.epoch for e in history.epochs]
+    fig, ax = plt.subplots(figsize=(6, 4))
+    ax.plot(epochs, [e.train_loss for e in history.epochs], label="train loss")
+    ax.plot(epochs, [e.test_loss for e in history.epochs], label=test_label)
+    ax.set_xlabel("epoch")
+    ax.set_ylabel(ylabel)
+    ax.legend()
+    fig.tight_layout()
+    with atomic_path(path) as tmp:  # the temporary name has no suffix: say the type
+        fig.savefig(tmp, format=path.rsplit(".", 1)[-1].lower())
+    plt.close(fig)
+    return path
