@@ -66,10 +66,11 @@ def test_dense_packed_has_no_pack_stage(m, config):
 
 
 def test_few_rows_is_the_default_for_small_concrete_batches_only():
-    for m, few in ((1, 1), (7, 1), (8, 1), (9, 0), (64, 0), (sym("n"), 0)):
+    # B is packed only for more rows than PACK_B_ROWS, or rows not known: a few row tiles read its panels in place
+    for m, few, pack_b in ((1, 1, 0), (7, 1, 0), (8, 1, 0), (9, 0, 0), (64, 0, 0), (2048, 0, 1), (sym("n"), 0, 1)):
         config = kiln.build("dense", [(m, 784), (784, 512), (512,)]).resolved_config()
         assert config["few_rows"] == few, m
-        assert config["pack_b"] == 1 - few and config["pack_a"] == 1 - few, m
+        assert config["pack_b"] == pack_b and config["pack_a"] == 1 - few, m
     assert kiln.build("dense", [(7, 64), (64, 128), (128,)]).resolved_config()["tile_m"] == 7  # no padded rows
 
 

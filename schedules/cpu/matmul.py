@@ -49,6 +49,10 @@ The GotoBLAS/BLIS recipe, one knob per decision. Loops, outermost first::
               benchmarks/RESULTS.md, "Template choices: the measurements
               behind schedules/", ``matmul.py``).
 ``pack_b``    1 to copy B to panels ``[N / tile_n, K, tile_n]`` (per k block).
+              Default: 1 for a B read transposed, a batched product or a
+              transposed A; for a B read as laid out only past
+              ``PACK_B_ROWS`` rows (or a symbolic M): up to there its panels
+              are read in place (dense 32 x 256 -> 1024: 0.130 -> 0.085 ms).
 ``cols_first`` 1 to order the tasks column range first: the threads split B's
               columns and each runs every row against its range, so a B too
               large to share a core's L2 with the rest (a 784 x 512 layer,
@@ -99,6 +103,11 @@ FEW_ROWS = 8             # up to this many rows the default is the GEMV-shaped s
 # multiply-adds from which two threads beat one for few rows, measured on 2 cores (figures:
 # benchmarks/RESULTS.md, "Template choices: the measurements behind schedules/")
 PARALLEL_WORK = 1 << 16
+# up to this many rows a B read as laid out is not packed by default: its panels are read in place (a
+# tile_n-wide slice of each of K rows, which the prefetchers stream), and a copy of B costs a whole pass over
+# it for the few row tiles that reuse it: dense 32 x 256 -> 1024 on 2 threads 0.130 -> 0.085 ms, 256 rows
+# even, 2048 rows even (figures: benchmarks/RESULTS.md, "Template choices: the measurements behind schedules/")
+PACK_B_ROWS = 1024
 FULL_K_MAX = 1024        # up to this K the whole reduction runs in registers by default
 K_BLOCK = 512            # the default k block beyond it
 A_BLOCK_BYTES = 192 << 10  # A's packed block: well inside a 512 KB L2 next to the B panel
@@ -132,7 +141,8 @@ def schedule_matmul(sch, block, cfg: Config) -> None:
     few = cfg.define_knob("few_rows", (0, 1), default=int(_few(r)))
     tile = _register_tile(cfg, r, tile_n, few, exact=bool(few))
     pack_a = _pack_a(cfg, r, tile, few)
-    pack_b = cfg.define_knob("pack_b", (0, 1), default=int(r.b_matrix and not few)) and r.b_matrix
+    pack_b = cfg.define_knob("pack_b", (0, 1), default=int(r.b_matrix and not few and _packs_b(cfg, r))) \
+        and r.b_matrix
     par = _parallel(cfg, r, few)
     pad_to_tiles(sch, r, tile)
     tasks = _tasks(cfg, r, tile, few, par)
@@ -157,6 +167,15 @@ def schedule_dense_packed(sch, block, cfg: Config) -> None:
     packs = (pack(sch, r, 0, tile.m, cfg, transposed="transpose_a") if pack_a else None, None)
     m, no, ni, k = sch.get_loops(r.red)
     schedule_tiles(sch, cfg, r, tile, tasks, packs, ((), m, no, ni, k))
+
+
+def _packs_b(cfg: Config, r: MatmulRoles) -> bool:
+    """``pack_b``'s default beyond a few rows: B read transposed (strided panels)
+    is packed; B read as laid out only past ``PACK_B_ROWS`` rows (or rows not
+    known), in a batched product, or beside a transposed A."""
+    attrs = cfg.workload.attrs
+    laid_out = not attrs.get("transpose_a") and not attrs.get("transpose_b") and not r.batch
+    return not laid_out or r.m is None or r.m > PACK_B_ROWS
 
 
 def _few(r: MatmulRoles) -> bool:
