@@ -99,8 +99,8 @@ class _RNNBase(Module):
             outs = []
             for d, suffix in enumerate(self._suffixes()):
                 w_ih, b_ih, w_hh, b_hh = self._params(layer, suffix)
-                xws = F.chunk(_affine(rows, w_ih, b_ih), length, axis=0) if length > 1 else [_affine(rows, w_ih,
-                                                                                                      b_ih)]
+                projected = _affine(rows, w_ih, b_ih)  # every step's input products: one kernel
+                xws = F.chunk(projected, length, axis=0) if length > 1 else [projected]
                 state = states[layer * self._directions + d]
                 hs = [None] * length
                 for t in (range(length - 1, -1, -1) if d else range(length)):

@@ -93,7 +93,7 @@ LANGUAGE_MODELS = {
 COMPILED_TARGETS = {"ResNet-18 3x32x32, batch 32, SGD momentum 0.9": 1.25, **dict.fromkeys(IMPORTED, 1.25),
                     **dict.fromkeys(LANGUAGE_MODELS, 1.25)}
 #: the eager steps held to other bounds than parity: the language models' to 1.5x PyTorch's time
-EAGER_TARGETS = dict.fromkeys(LANGUAGE_MODELS, 1 / 1.5)
+EAGER_TARGETS = dict.fromkeys(LANGUAGE_MODELS, 0.67)  # 1 / 1.5, as the table prints it
 LR = 0.01
 
 
