@@ -38,7 +38,7 @@ def test_sinusoidal_encoding_is_the_papers_table_and_learned_adds_its_rows():
 
 def test_transformer_lm_is_causal_and_lstm_lm_carries_its_state():
     kiln.nn.manual_seed(0)
-    model = TransformerLM(17, d_model=16, nhead=2, num_layers=2, max_len=8).eval()
+    model = TransformerLM(17, d_model=16, nhead=2, num_layers=1, max_len=8).eval()
     tokens = np.arange(8, dtype="int32").reshape(1, 8) % 17
     changed = tokens.copy()
     changed[0, 5:] = 3
@@ -46,7 +46,7 @@ def test_transformer_lm_is_causal_and_lstm_lm_carries_its_state():
     assert a.shape == (1, 8, 17)
     np.testing.assert_allclose(a[0, :5], b[0, :5], rtol=1e-5, atol=1e-6)  # later tokens do not reach earlier ones
     assert not np.allclose(a[0, 5:], b[0, 5:])
-    lstm = LSTMLM(17, embedding_dim=8, hidden_size=12).eval()
+    lstm = LSTMLM(17, embedding_dim=8, hidden_size=12, num_layers=1).eval()
     whole = lstm(kiln.Tensor(tokens)).numpy()
     first, state = lstm.step(kiln.Tensor(tokens[:, :3]))
     rest, _ = lstm.step(kiln.Tensor(tokens[:, 3:]), state)
@@ -113,18 +113,20 @@ def test_a_transformer_layer_trains_fifty_steps_as_pytorchs_with_masks():
 
 def test_train_text_save_export_and_generate(tmp_path, capsys):
     text, ckpt, so = tmp_path / "code.txt", tmp_path / "lm.npz", tmp_path / "lm.so"
-    text.write_text(TEXT)
+    # 16 training windows of 8 and one validation window: one batch shape for training, and validation's
+    # the one sampling runs (each batch shape compiles its kernels)
+    text.write_text(TEXT[:150])
     argv = ["train", "--dataset", "text", "--data-file", str(text), "--seq-len", "8", "--batch-size", "16",
-            "--epochs", "2", "--eager", "--json", "--save", str(ckpt), "--export", str(so)]
+            "--epochs", "3", "--eager", "--json", "--save", str(ckpt), "--export", str(so)]
     assert main(argv) == 0
     res = json.loads(capsys.readouterr().out)
-    first, last = res["epochs"]
-    assert res["vocab_size"] == len(set(TEXT)) and last["train_loss"] < first["train_loss"]
+    first, _, last = res["epochs"]  # one step an epoch: Adam's first step overshoots, the next ones learn
+    assert res["vocab_size"] == len(set(TEXT[:150])) and last["train_loss"] < first["train_loss"]
     assert last["val_perplexity"] == pytest.approx(np.exp(last["test_loss"]))
     assert res["export"]["matches_model"] is True
     assert main(["generate", str(ckpt), "--prompt", "def ", "--tokens", "20", "--json", "--seed", "1"]) == 0
     out = json.loads(capsys.readouterr().out)
-    assert len(out["text"]) == 20 and set(out["text"]) <= set(TEXT)
+    assert len(out["text"]) == 20 and set(out["text"]) <= set(TEXT[:150])
     assert main(["generate", str(ckpt), "--prompt", "def ", "--tokens", "20", "--json", "--seed", "1"]) == 0
     assert json.loads(capsys.readouterr().out)["text"] == out["text"]  # seeded
     assert main(["generate", str(ckpt), "--prompt", "é"]) == 2

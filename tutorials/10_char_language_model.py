@@ -42,11 +42,11 @@ from kiln.nn.train import fit
 
 SMALL = os.environ.get("KILN_TUTORIAL_SMALL") == "1"
 SEQ, EPOCHS = (16, 1) if SMALL else (64, 3)
-WIDTH, LAYERS = (64, 1) if SMALL else (128, 2)  # the transformer's d_model and layers
+WIDTH, LAYERS = (32, 1) if SMALL else (128, 2)  # the transformer's d_model and layers
 
 text = pydoc_corpus()
 if SMALL:
-    text = text[:30_000]
+    text = text[:20_000]
 train_set, val_set, vocab = char_datasets(text, SEQ)
 print(f"{len(text)} characters, {len(vocab)} distinct; {len(train_set)} training and {len(val_set)} validation "
       f"windows of {SEQ}")
