@@ -26,7 +26,8 @@ from ..version import __version__
 from ..errors import KilnError
 from .args import KilnArgumentParser
 
-HELPERS = {"args", "tune_model", "__main__", "train_run", "train_text"}  # modules of this package that are not subcommands
+# modules of this package that are not subcommands
+HELPERS = {"args", "tune_model", "__main__", "train_run", "train_text"}
 
 
 def tvm_version() -> str:
