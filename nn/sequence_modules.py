@@ -131,9 +131,11 @@ class MultiheadAttention(Module):
     (N, L, E). A bool mask is True where attention is not allowed (PyTorch's
     rule here), a float mask is added to the scores; ``attn_mask`` is (L, S)
     or (N * num_heads, L, S), ``key_padding_mask`` (N, S). ``is_causal``
-    without a mask masks the keys after each query. The heads run as one
-    ``attention`` kernel on the projections' layout; the weights, when asked
-    for, and dropout in training are computed apart (softmax of the scores)."""
+    without a mask masks the keys after each query. A self-attention (one
+    tensor for query, key and value) projects them as one product of its
+    (N x L) rows, as PyTorch does. The heads run as one ``attention`` kernel
+    on the projections' layout; the weights, when asked for, and dropout in
+    training are computed apart (softmax of the scores)."""
 
     def __init__(self, embed_dim: int, num_heads: int, dropout: float = 0.0, bias: bool = True,
                  batch_first: bool = False, kdim: int | None = None, vdim: int | None = None, dtype="float32"):
@@ -152,14 +154,20 @@ class MultiheadAttention(Module):
         if bias:
             self.out_proj.bias = Parameter(np.zeros(embed_dim, dtype))
 
-    def _project(self, x, k: int):
-        e = self.embed_dim
-        w = self.in_proj_weight[k * e:(k + 1) * e]
-        y = call("matmul", x, w, transpose_b=True)
-        if self.in_proj_bias is not None:
-            y = y + self.in_proj_bias[k * e:(k + 1) * e]
-        n, length = x.shape[0], x.shape[1]
-        return y.reshape((n, length, self.num_heads, self.head_dim))
+    def _project(self, x, k: int | None):
+        """``x`` (N, L, E) projected by part ``k`` of ``in_proj_weight`` (query,
+        key or value) as (N, L, H, D); ``k`` None: all three at once, one
+        product of the (N x L) rows (a self-attention's), split after."""
+        e, (n, length) = self.embed_dim, x.shape[:2]
+        rows = x.reshape((n * length, e))
+        w, b = self.in_proj_weight, self.in_proj_bias
+        if k is not None:
+            w, b = w[k * e:(k + 1) * e], None if b is None else b[k * e:(k + 1) * e]
+        y = call("matmul", rows, w, transpose_b=True)
+        if b is not None:
+            y = y + b
+        heads = (n, length, self.num_heads, self.head_dim)
+        return [p.reshape(heads) for p in F.chunk(y, 3, axis=1)] if k is None else y.reshape(heads)
 
     def _mask(self, attn_mask, key_padding_mask, n: int, length: int, keys: int, dtype: str):
         """The additive (N, H, L, S)-broadcastable mask, or None."""
@@ -185,10 +193,14 @@ class MultiheadAttention(Module):
         if len(query.shape) != 3 or len(key.shape) != 3 or len(value.shape) != 3:
             raise ShapeError(f"got query {tuple(query.shape)}, key {tuple(key.shape)}, value {tuple(value.shape)}, "
                              "expected three batched sequences (3 dims)", where="MultiheadAttention", arg="query")
+        shared = query is key and key is value  # a self-attention's one input
         if not self.batch_first:
             query, key, value = (F.transpose(t, 0, 1) for t in (query, key, value))
         n, length, keys = query.shape[0], query.shape[1], key.shape[1]
-        q, k, v = self._project(query, 0), self._project(key, 1), self._project(value, 2)
+        if shared:  # one product for the three projections
+            q, k, v = self._project(query, None)
+        else:
+            q, k, v = self._project(query, 0), self._project(key, 1), self._project(value, 2)
         mask = self._mask(attn_mask, key_padding_mask, n, length, keys, str(q.dtype))
         causal = bool(is_causal) and attn_mask is None
         scale = 1.0 / float(np.sqrt(self.head_dim))
