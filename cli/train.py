@@ -11,15 +11,13 @@ checkpoint is then written as it stands).
 from __future__ import annotations
 
 import argparse
-import json
 import math
 import sys
-import time
 
 from ..errors import DataError, OutputError
 from ..outputs import PLOT_HINT, check_output_path, check_plot_path
 from .args import add_records_argument, apply_records_arg, positive_int, seed_int
-from .train_run import CompileProgress, plot_losses, progress_bar, stop_requests
+from .train_run import export_checked, fit_until_stopped, plot_losses, report
 
 CLASSES = 10
 MODEL_CHOICES = ("mlp", "mlp-residual", "cnn", "resnet", "transformer", "lstm")
@@ -143,25 +141,12 @@ def run(args) -> int:
            else nn.optim.Adam(model.parameters(), lr=lr))
     train_loader = data.DataLoader(train_set, batch_size=args.batch_size, shuffle=True, seed=args.seed)
     test_loader = data.DataLoader(test_set, batch_size=256)
-    table = sys.stderr if args.json else sys.stdout  # stdout carries only the JSON document with --json
     print(f"kiln train: {args.model} on {args.dataset} ({len(train_set)} train / {len(test_set)} test), "
           f"{args.optimizer} lr={lr}, batch {args.batch_size}, {args.epochs} epochs", file=sys.stderr, flush=True)
-    print(train.EpochStats.HEADER, file=table, flush=True)
-    done = []
-
-    def on_epoch(stats):
-        done.append(stats)
-        print(stats.row(), file=table, flush=True)
-
-    try:
-        with stop_requests() as stop, CompileProgress():
-            history = train.fit(model, train_loader, test_loader, opt, args.epochs, progress_factory=progress_bar,
-                                on_epoch=on_epoch, classes=CLASSES, on_batch=stop, compiled=not args.eager)
-    except KeyboardInterrupt:
-        where = (f"checkpoint written to {save_checkpoint(model, args.save, spec)}" if args.save
-                 else "nothing saved (--save CKPT.npz keeps a checkpoint on Ctrl-C)")
-        print(f"kiln train: interrupted after {len(done)} of {args.epochs} epochs; {where}", file=sys.stderr,
-              flush=True)
+    print(train.EpochStats.HEADER, file=sys.stderr if args.json else sys.stdout, flush=True)
+    history = fit_until_stopped(args, model, (train_loader, test_loader), opt, args.epochs, CLASSES,
+                                train.EpochStats.row, spec)
+    if history is None:
         return 130
     result = {"model": args.model, "dataset": args.dataset, "epochs": [vars(e) for e in history.epochs],
               "test_error": history.epochs[-1].test_error if history.epochs else None}
@@ -173,38 +158,16 @@ def run(args) -> int:
         result["plot"] = plot_losses(history, args.plot)
     result["kernels"] = {"compiled": cache.stats.compiled - compiled_before,
                          "from_disk_cache": cache.stats.disk_hits - disk_before}
-    if args.json:
-        print(json.dumps(result))
-        return 0
-    if args.save:
-        print(f"checkpoint: {result['checkpoint']}")
-    if args.export:
-        e = result["export"]
-        print(f"exported {e['path']} ({e['seconds']:.1f}s); its predictions for 8 test images: {e['predictions']} "
-              f"(labels {e['labels']}), same as the model: {'yes' if e['matches_model'] else 'NO'}")
-    if args.plot:
-        print(f"loss curve: {result['plot']}")
-    k = result["kernels"]
-    print(f"kernels: {k['compiled']} compiled, {k['from_disk_cache']} loaded from the disk cache")
-    return 0
+    return report(args, result, export_sentence=lambda e: (
+        f"exported {e['path']} ({e['seconds']:.1f}s); its predictions for 8 test images: {e['predictions']} "
+        f"(labels {e['labels']}), same as the model: {'yes' if e['matches_model'] else 'NO'}"))
 
 
 def _export(model, test_set, path: str) -> dict:
     """Export, then check the module's predictions for 8 test images against the model's."""
     import numpy as np
 
-    from .. import nn
-    from ..graph.export import export
-    from ..runtime.predictor import Predictor
-
-    print(f"kiln train: exporting to {path}", file=sys.stderr, flush=True)
-    start = time.perf_counter()
-    written = export(model, np.stack([test_set[i][0] for i in range(min(2, len(test_set)))]), path)
     count = min(8, len(test_set))
-    check = np.stack([test_set[i][0] for i in range(count)])
-    predicted = Predictor(written)(check).argmax(axis=1)
-    with nn.no_grad():
-        expected = model(nn.Tensor(check)).numpy().argmax(axis=1)
-    return {"path": str(written), "seconds": time.perf_counter() - start, "predictions": predicted.tolist(),
-            "labels": [int(test_set[i][1]) for i in range(count)],
-            "matches_model": bool(np.array_equal(predicted, expected))}
+    example = np.stack([test_set[i][0] for i in range(min(2, len(test_set)))])
+    checked = export_checked(model, example, np.stack([test_set[i][0] for i in range(count)]), path)
+    return {**checked, "labels": [int(test_set[i][1]) for i in range(count)]}

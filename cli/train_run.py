@@ -136,3 +136,68 @@ def plot_losses(history, path: str, test_label: str = "test loss", ylabel: str =
         fig.savefig(tmp, format=path.rsplit(".", 1)[-1].lower())
     plt.close(fig)
     return path
+
+
+def fit_until_stopped(args, model, loaders: tuple, optimizer, epochs: int, classes: int, row, spec: dict):
+    """``nn.train.fit`` with each epoch's ``row(stats)`` printed as it ends (on
+    stderr with ``--json``); the history, or None after a Ctrl-C, which writes
+    the checkpoint with ``--save`` and says so."""
+    from ..nn import train
+    from ..nn.checkpoint import save_checkpoint
+
+    table = sys.stderr if args.json else sys.stdout  # stdout carries only the JSON document with --json
+    done = []
+
+    def on_epoch(stats):
+        done.append(stats)
+        print(row(stats), file=table, flush=True)
+
+    try:
+        with stop_requests() as stop, CompileProgress():
+            return train.fit(model, loaders[0], loaders[1], optimizer, epochs, progress_factory=progress_bar,
+                             on_epoch=on_epoch, classes=classes, on_batch=stop, compiled=not args.eager)
+    except KeyboardInterrupt:
+        where = (f"checkpoint written to {save_checkpoint(model, args.save, spec)}" if args.save
+                 else "nothing saved (--save CKPT.npz keeps a checkpoint on Ctrl-C)")
+        print(f"kiln train: interrupted after {len(done)} of {epochs} epochs; {where}", file=sys.stderr, flush=True)
+        return None
+
+
+def export_checked(model, example, check, path: str) -> dict:
+    """Export ``model`` traced on ``example``, then run ``check`` through the
+    module and the model: the path, the seconds it took, the module's argmax
+    over the last axis (``predictions``) and whether the model's is the same."""
+    import numpy as np
+
+    from .. import nn
+    from ..graph.export import export
+    from ..runtime.predictor import Predictor
+
+    print(f"kiln train: exporting to {path}", file=sys.stderr, flush=True)
+    start = time.perf_counter()
+    written = export(model, example, path)
+    predicted = Predictor(written)(check).argmax(axis=-1)
+    with nn.no_grad():
+        expected = model(nn.Tensor(check)).numpy().argmax(axis=-1)
+    return {"path": str(written), "seconds": time.perf_counter() - start, "predictions": predicted.tolist(),
+            "matches_model": bool(np.array_equal(predicted, expected))}
+
+
+def report(args, result: dict, checkpoint_hint: str = "", export_sentence=None) -> int:
+    """The run's end: ``result`` as one JSON document with ``--json``, else a
+    line per output written (``export_sentence(result["export"])`` for the
+    export) and the kernel counts."""
+    import json
+
+    if args.json:
+        print(json.dumps(result))
+        return 0
+    if args.save:
+        print(f"checkpoint: {result['checkpoint']}{checkpoint_hint}")
+    if args.export:
+        print(export_sentence(result["export"]))
+    if args.plot:
+        print(f"loss curve: {result['plot']}")
+    k = result["kernels"]
+    print(f"kernels: {k['compiled']} compiled, {k['from_disk_cache']} loaded from the disk cache")
+    return 0

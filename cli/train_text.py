@@ -6,12 +6,10 @@ validation's next-character error; ``--save`` keeps the vocabulary in the
 checkpoint's spec, which ``kiln generate`` samples from."""
 from __future__ import annotations
 
-import json
 import sys
-import time
 
 from ..errors import AttrError
-from .train_run import CompileProgress, plot_losses, progress_bar, stop_requests
+from .train_run import export_checked, fit_until_stopped, plot_losses, report
 
 HEADER = (f"{'epoch':>5} | {'train loss':>10} | {'train ppl':>9} | {'val loss':>8} | {'val ppl':>8} | "
           f"{'val err':>7} | {'time':>6}\n" + "-" * 72)
@@ -55,25 +53,12 @@ def run(args) -> int:
     train_loader = data.DataLoader(train_set, batch_size=args.batch_size, shuffle=True, seed=args.seed)
     val_loader = data.DataLoader(val_set, batch_size=args.batch_size)
     epochs = args.epochs if args.epochs is not None else 2
-    table = sys.stderr if args.json else sys.stdout
     print(f"kiln train: {model_name} language model on {source} ({len(text)} characters, {len(vocab)} distinct; "
           f"{len(train_set)} train / {len(val_set)} validation windows of {args.seq_len}), {args.optimizer} "
           f"lr={lr}, batch {args.batch_size}, {epochs} epochs", file=sys.stderr, flush=True)
-    print(HEADER, file=table, flush=True)
-    done = []
-
-    def on_epoch(stats):
-        done.append(stats)
-        print(row(stats), file=table, flush=True)
-
-    try:
-        with stop_requests() as stop, CompileProgress():
-            history = train.fit(model, train_loader, val_loader, opt, epochs, progress_factory=progress_bar,
-                                on_epoch=on_epoch, classes=len(vocab), on_batch=stop, compiled=not args.eager)
-    except KeyboardInterrupt:
-        where = (f"checkpoint written to {save_checkpoint(model, args.save, spec)}" if args.save
-                 else "nothing saved (--save CKPT.npz keeps a checkpoint on Ctrl-C)")
-        print(f"kiln train: interrupted after {len(done)} of {epochs} epochs; {where}", file=sys.stderr, flush=True)
+    print(HEADER, file=sys.stderr if args.json else sys.stdout, flush=True)
+    history = fit_until_stopped(args, model, (train_loader, val_loader), opt, epochs, len(vocab), row, spec)
+    if history is None:
         return 130
     last = history.epochs[-1]
     result = {"model": model_name, "dataset": "text", "source": source, "vocab_size": len(vocab),
@@ -88,38 +73,17 @@ def run(args) -> int:
         result["plot"] = plot_losses(history, args.plot, "validation loss", "cross-entropy (nats)")
     result["kernels"] = {"compiled": cache.stats.compiled - compiled_before,
                          "from_disk_cache": cache.stats.disk_hits - disk_before}
-    if args.json:
-        print(json.dumps(result))
-        return 0
-    if args.save:
-        print(f"checkpoint: {result['checkpoint']} (sample from it: kiln generate {result['checkpoint']} "
-              "--prompt 'def ')")
-    if args.export:
-        e = result["export"]
-        print(f"exported {e['path']} ({e['seconds']:.1f}s); its next-character predictions for "
-              f"{e['windows']} validation windows are the model's: {'yes' if e['matches_model'] else 'NO'}")
-    if args.plot:
-        print(f"loss curve: {result['plot']}")
-    k = result["kernels"]
-    print(f"kernels: {k['compiled']} compiled, {k['from_disk_cache']} loaded from the disk cache")
-    return 0
+    def exported(e):
+        return (f"exported {e['path']} ({e['seconds']:.1f}s); its next-character predictions for {e['windows']} "
+                f"validation windows are the model's: {'yes' if e['matches_model'] else 'NO'}")
+    return report(args, result, f" (sample from it: kiln generate {result.get('checkpoint')} --prompt 'def ')",
+                  exported)
 
 
 def _export(model, windows, path: str) -> dict:
     """Export, then check the module's next-character predictions on a few windows against the model's."""
     import numpy as np
 
-    from .. import nn
-    from ..graph.export import export
-    from ..runtime.predictor import Predictor
-
-    print(f"kiln train: exporting to {path}", file=sys.stderr, flush=True)
-    start = time.perf_counter()
     count = min(4, len(windows))
     tokens = np.stack([windows[i][0] for i in range(count)]).astype("int32")
-    written = export(model, tokens[:min(2, count)], path)
-    predicted = Predictor(written)(tokens).argmax(axis=-1)
-    with nn.no_grad():
-        expected = model(nn.Tensor(tokens)).numpy().argmax(axis=-1)
-    return {"path": str(written), "seconds": time.perf_counter() - start, "windows": count,
-            "matches_model": bool(np.array_equal(predicted, expected))}
+    return {**export_checked(model, tokens[:min(2, count)], tokens, path), "windows": count}

@@ -127,6 +127,12 @@ def _rational(v, name: str, clamp: float, p_coeffs, q_coeffs, tiny: float | None
     return tirx.Let(x, clamped, body)
 
 
+def sigmoid(v):
+    """``1 / (1 + e ** -v)`` as a TIR expression (``exp`` above for float32)."""
+    one = tirx.const(1, dtype_of(v))
+    return one / (one + exp(-v))
+
+
 def tanh(v):
     """``tanh(v)`` as a TIR expression."""
     if dtype_of(v) != "float32":

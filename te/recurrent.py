@@ -50,11 +50,6 @@ def _check(name: str, gates, c, *grads) -> None:
                              arg=("dh", "dc")[k])
 
 
-def _sigmoid(v):
-    one = tirx.const(1, dtype_of(v))
-    return one / (one + fastmath.exp(-v))
-
-
 class _Gates:
     """The activated gates of one element (n, j) of a step, each bound once
     (``Let``): an activation read twice would repeat its own bindings."""
@@ -70,8 +65,8 @@ class _Gates:
         each ``(name, fn)`` of ``extra`` (``fn`` of the variables before it) bound."""
         names = ("lstm_i", "lstm_f", "lstm_g", "lstm_o") + tuple(name for name, _ in extra)
         variables = [tirx.Var(name, self.dt) for name in names]
-        values = [_sigmoid(self.raw(0, n, j)), _sigmoid(self.raw(1, n, j)), fastmath.tanh(self.raw(2, n, j)),
-                  _sigmoid(self.raw(3, n, j))]
+        values = [fastmath.sigmoid(self.raw(0, n, j)), fastmath.sigmoid(self.raw(1, n, j)),
+                  fastmath.tanh(self.raw(2, n, j)), fastmath.sigmoid(self.raw(3, n, j))]
         values += [fn(*variables[:4 + k]) for k, (_, fn) in enumerate(extra)]
         out = body(*variables)
         for var, value in reversed(list(zip(variables, values))):
@@ -102,8 +97,8 @@ class LSTMCellOp(Op):
         act = _Gates(gates, c.shape[1], dt)
         c_new = te.compute(c.shape, lambda n, j: act.bound(n, j, lambda i, f, g, o: f * c[n, j].astype(dt) + i * g),
                            name=f"{self.name}_c", tag="injective")
-        h = te.compute(c.shape, lambda n, j: _sigmoid(act.raw(3, n, j)) * fastmath.tanh(c_new[n, j]), name=self.name,
-                       tag="injective")
+        h = te.compute(c.shape, lambda n, j: fastmath.sigmoid(act.raw(3, n, j)) * fastmath.tanh(c_new[n, j]),
+                       name=self.name, tag="injective")
         return [h, c_new]
 
     def reference(self, gates, c):
