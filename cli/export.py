@@ -45,13 +45,18 @@ def run(args) -> int:
         raise FrontendError("--input-shape applies to an .onnx model; a checkpoint's spec gives its input shape",
                             where="kiln export", arg="--input-shape")
     from ..graph.export import export
-    from ..nn.checkpoint import example_input, load_checkpoint
+    from ..nn.checkpoint import example_input, load_checkpoint, sequence_dynamic
 
     model, spec = load_checkpoint(args.checkpoint)
-    path = export(model, example_input(spec, 1), out)
-    info = {"path": str(path), "model": spec["model"], "input_shape": [None, *spec["in_shape"]]}
-    print(json.dumps(info) if args.json else f"exported {spec['model']} to {path} (input (N, "
-          f"{', '.join(map(str, spec['in_shape']))}))")
+    dynamic = sequence_dynamic(spec)  # a transformer LM: any length up to its max_len
+    path = export(model, example_input(spec, 1), out, dynamic_seq=dynamic)
+    shape = [None, *spec["in_shape"]]
+    if dynamic:
+        shape[1] = None
+    info = {"path": str(path), "model": spec["model"], "input_shape": shape}
+    dims = ", ".join("N" if k == 0 else "L" if d is None else str(d) for k, d in enumerate(shape))
+    limit = f", L <= {model.max_len}" if dynamic else ""
+    print(json.dumps(info) if args.json else f"exported {spec['model']} to {path} (input ({dims}){limit})")
     return 0
 
 

@@ -163,10 +163,12 @@ def fit_until_stopped(args, model, loaders: tuple, optimizer, epochs: int, class
         return None
 
 
-def export_checked(model, example, check, path: str) -> dict:
-    """Export ``model`` traced on ``example``, then run ``check`` through the
-    module and the model: the path, the seconds it took, the module's argmax
-    over the last axis (``predictions``) and whether the model's is the same."""
+def export_checked(model, example, check, path: str, dynamic_seq: bool = False) -> dict:
+    """Export ``model`` traced on ``example`` (its sequence length dynamic
+    with ``dynamic_seq``), then run ``check`` through the module and the
+    model: the path, the seconds it took, the module's argmax over the last
+    axis (``predictions``) and whether the model's is the same (with
+    ``dynamic_seq`` on ``check``'s first half of positions too)."""
     import numpy as np
 
     from .. import nn
@@ -175,12 +177,14 @@ def export_checked(model, example, check, path: str) -> dict:
 
     print(f"kiln train: exporting to {path}", file=sys.stderr, flush=True)
     start = time.perf_counter()
-    written = export(model, example, path)
-    predicted = Predictor(written)(check).argmax(axis=-1)
+    written = export(model, example, path, dynamic_seq=dynamic_seq)
+    seconds, predictor = time.perf_counter() - start, Predictor(written)
+    checks = [check, check[:, :max(1, check.shape[1] // 2)]] if dynamic_seq else [check]
+    predicted = [predictor(c).argmax(axis=-1) for c in checks]
     with nn.no_grad():
-        expected = model(nn.Tensor(check)).numpy().argmax(axis=-1)
-    return {"path": str(written), "seconds": time.perf_counter() - start, "predictions": predicted.tolist(),
-            "matches_model": bool(np.array_equal(predicted, expected))}
+        expected = [model(nn.Tensor(c)).numpy().argmax(axis=-1) for c in checks]
+    return {"path": str(written), "seconds": seconds, "predictions": predicted[0].tolist(),
+            "matches_model": all(np.array_equal(p, e) for p, e in zip(predicted, expected))}
 
 
 def report(args, result: dict, checkpoint_hint: str = "", export_sentence=None) -> int:

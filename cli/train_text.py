@@ -29,7 +29,7 @@ def row(stats) -> str:
 def run(args) -> int:
     from .. import nn
     from ..nn import data, train
-    from ..nn.checkpoint import save_checkpoint
+    from ..nn.checkpoint import save_checkpoint, sequence_dynamic
     from ..nn.language_model import perplexity
     from ..nn.text import char_datasets, pydoc_corpus, read_text
     from ..nn.zoo import TEXT_MODELS
@@ -68,22 +68,27 @@ def run(args) -> int:
     if args.save:
         result["checkpoint"] = str(save_checkpoint(model, args.save, spec))
     if args.export:
-        result["export"] = _export(model, val_set, args.export)
+        result["export"] = _export(model, val_set, args.export, sequence_dynamic(spec))
     if args.plot:
         result["plot"] = plot_losses(history, args.plot, "validation loss", "cross-entropy (nats)")
     result["kernels"] = {"compiled": cache.stats.compiled - compiled_before,
                          "from_disk_cache": cache.stats.disk_hits - disk_before}
     def exported(e):
-        return (f"exported {e['path']} ({e['seconds']:.1f}s); its next-character predictions for {e['windows']} "
+        low, high = e["sequence"]
+        length = f"sequences of {high}" if low == high else f"sequences of {low} to {high}"
+        return (f"exported {e['path']} ({e['seconds']:.1f}s, {length}); its next-character predictions for {e['windows']} "
                 f"validation windows are the model's: {'yes' if e['matches_model'] else 'NO'}")
     return report(args, result, f" (sample from it: kiln generate {result.get('checkpoint')} --prompt 'def ')",
                   exported)
 
 
-def _export(model, windows, path: str) -> dict:
-    """Export, then check the module's next-character predictions on a few windows against the model's."""
+def _export(model, windows, path: str, dynamic: bool) -> dict:
+    """Export (any sequence length up to the model's with ``dynamic``), then
+    check the module's next-character predictions on a few windows against
+    the model's."""
     import numpy as np
 
     count = min(4, len(windows))
     tokens = np.stack([windows[i][0] for i in range(count)]).astype("int32")
-    return {**export_checked(model, tokens[:min(2, count)], tokens, path), "windows": count}
+    return {**export_checked(model, tokens[:min(2, count)], tokens, path, dynamic), "windows": count,
+            "sequence": [1, model.max_len] if dynamic else [tokens.shape[1]] * 2}

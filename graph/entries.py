@@ -39,16 +39,21 @@ def _one_thread(space: dict) -> dict:
     return {k: 0 for k in space if k.split(".")[-1].split("_")[-1] == "parallel"}  # parallel, pad.parallel, x_parallel
 
 
+#: the length a symbolic sequence (``graph.trace``'s ``dynamic_seq``) is
+#: taken at where a kernel's rows are estimated: BERT's and GPT-2's usual 128
+SEQ_ESTIMATE = 128
+
+
 def _elements(shape, batch: int) -> int:
-    """Elements of ``shape`` with its symbolic dims at ``batch``."""
-    return int(np.prod(concrete(tuple(shape), batch)))
+    """Elements of ``shape`` with its symbolic dims at ``batch`` (a sequence at ``SEQ_ESTIMATE``)."""
+    return int(np.prod(concrete(tuple(shape), batch, SEQ_ESTIMATE)))
 
 
 def _work(workload, batch: int) -> float:
     """Multiply-adds (or output elements) of the workload at ``batch``."""
-    shapes = [concrete(tuple(s), batch) for s in workload.shapes]
+    shapes = [concrete(tuple(s), batch, SEQ_ESTIMATE) for s in workload.shapes]
     elements = sum(_elements(s, batch) for s in workload.out_shapes)
-    return max(workload.op.flops(shapes, **workload.attrs) / 2, elements)
+    return max(workload.op.flops(shapes, **concrete(workload.attrs, batch, SEQ_ESTIMATE)) / 2, elements)
 
 
 def _activation_bytes(workload, batch: int) -> int:

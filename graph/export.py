@@ -18,7 +18,8 @@ thread modules' object code emitted in parallel).
 The file holds everything: the kernels, the weights (as constants of the
 Relax program), and a ``kiln_metadata`` function returning UTF-8 JSON bytes
 in format ``kiln-model-2`` (``runtime/metadata.py``): the inputs and outputs
-(names, shapes with ``null`` for the batch dim, dtypes), what a call returns,
+(names, shapes with ``null`` for the batch dim and, exported with
+``dynamic_seq``, the sequence dim; dtypes), what a call returns,
 the CPU and instruction sets the kernels were built for, the entry functions,
 and the kiln and TVM versions. ``kiln.runtime.Predictor`` needs only TVM to
 run it.
@@ -79,7 +80,8 @@ def optimize(graph, target=None, winograd: bool = True):
     return graph
 
 
-def export(model, example, path, dynamic_batch: bool = True, target=None, batches=None) -> Path:
+def export(model, example, path, dynamic_batch: bool = True, target=None, batches=None, *,
+           dynamic_seq: bool = False) -> Path:
     """Compile ``model``'s eval-mode forward into one shared library at ``path``.
 
     Parameters
@@ -105,6 +107,11 @@ def export(model, example, path, dynamic_batch: bool = True, target=None, batche
     target : Target, optional
         A CPU target (default: this machine's); the module runs on the CPU,
         so another is an ``ExportError``.
+    dynamic_seq : bool
+        The second dim of every input becomes the one symbolic sequence
+        length, so the module serves any length (up to the table a model
+        reads by position, ``max_len``: the metadata's ``max_seq``). A model
+        that unrolls a recurrence needs its length: ``ShapeError``.
 
     Notes
     -----
@@ -120,20 +127,21 @@ def export(model, example, path, dynamic_batch: bool = True, target=None, batche
     path = check_output_path(path, "path")
     target = _cpu_target(target, "kiln.export")
     batches = None if batches is None else _check_batches(batches, "kiln.export")
-    graph = inference_graph(model, example, target, dynamic_batch, where="kiln.export")
+    graph = inference_graph(model, example, target, dynamic_batch, where="kiln.export", dynamic_seq=dynamic_seq)
     return build_library(graph, path, target, batches if dynamic_batch else ())
 
 
-def inference_graph(model, example, target, dynamic_batch: bool = True, *, where: str = "kiln.graph.trace"):
+def inference_graph(model, example, target, dynamic_batch: bool = True, *, where: str = "kiln.graph.trace",
+                    dynamic_seq: bool = False):
     """``model``'s eval-mode forward on inputs like ``example``, traced (its
-    batch dim symbolic with ``dynamic_batch``; ``where`` names the caller in
-    errors) and optimized for ``target``: the graph an export compiles. The
+    batch dim symbolic with ``dynamic_batch``, its sequence dim with
+    ``dynamic_seq``; ``where`` names the caller in errors) and optimized for ``target``: the graph an export compiles. The
     model's training mode is restored."""
     was_training = getattr(model, "training", False)
     if hasattr(model, "eval"):
         model.eval()
     try:
-        graph = trace(model, example, dynamic_batch, where=where)
+        graph = trace(model, example, dynamic_batch, dynamic_seq=dynamic_seq, where=where)
     finally:
         if was_training and hasattr(model, "train"):
             model.train()
@@ -174,14 +182,17 @@ def metadata(graph: Graph, target) -> dict:
     if not graph.inputs or not graph.outputs:
         raise fail(f"got {len(graph.inputs)} inputs and {len(graph.outputs)} outputs, expected at least one of each")
     batch = next((v.shape[0] for v in graph.inputs if v.shape and not is_static(v.shape[0])), None)
+    seq = next((v.shape[1] for v in graph.inputs if len(v.shape) > 1 and not is_static(v.shape[1])), None)
     for v in graph.inputs:
         if not v.name.isidentifier() or v.name == "out" or sum(u.name == v.name for u in graph.inputs) > 1:
             raise fail(f"input {v.name!r}: expected an identifier of its own other than 'out' (Predictor's keyword "
                        "for the output buffers)")
-        if not v.shape or not all(is_static(d) for d in v.shape[1:]) or not (
-                is_static(v.shape[0]) or v.shape[0].same_as(batch)):
+        if not v.shape or not all(is_static(d) for d in v.shape[2:]) or not (
+                is_static(v.shape[0]) or v.shape[0].same_as(batch)) or len(v.shape) > 1 and not (
+                is_static(v.shape[1]) or v.shape[1].same_as(seq)):
             raise fail(f"input {v.name!r} has shape {tuple(map(str, v.shape))}, expected a batch (N, ...) whose "
-                       "first dim alone may be symbolic, the same variable in every input")
+                       "first dim (the batch) and second (the sequence) alone may be symbolic, each the same "
+                       "variable in every input")
     named = len(graph.output_names) == len(graph.outputs) and None not in graph.output_names
     names = graph.output_names if named else ["out"] if len(graph.outputs) == 1 else \
         [f"out{i}" for i in range(len(graph.outputs))]
@@ -191,7 +202,17 @@ def metadata(graph: Graph, target) -> dict:
             # "align": the kernels read each input at any address its dtype allows (graph/align.py)
             "inputs": [{**_spec(v.name, v), "align": np.dtype(v.dtype).itemsize} for v in graph.inputs],
             "outputs": [_spec(name, v) for name, v in zip(names, graph.outputs)],
-            "returns": "dict" if named else "array" if len(graph.outputs) == 1 else "tuple"}
+            "returns": "dict" if named else "array" if len(graph.outputs) == 1 else "tuple",
+            **({} if seq is None else _sequence_limit(graph, seq))}
+
+
+def _sequence_limit(graph: Graph, seq) -> dict:
+    """``{"max_seq": n}`` where a node reads a table by position (a learned
+    positional encoding's first ``seq`` rows: at most its ``max_len``), else
+    nothing: any length runs."""
+    bounds = [bound for node in graph.nodes for name, bound in node.op.dim_bounds(
+        [v.shape for v in node.inputs], **node.attrs).items() if name == seq.name]
+    return {"max_seq": min(bounds)} if bounds else {}
 
 
 def _spec(name: str, value) -> dict:

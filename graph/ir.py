@@ -21,6 +21,9 @@ from ..errors import DTypeError, ExportError, ShapeError
 from ..te.registry import get_op
 from ..te.shapes import DTYPES
 
+#: the name of a traced symbolic sequence length (``graph.trace``'s ``dynamic_seq``)
+SEQ = "seq"
+
 
 @dataclass(eq=False)
 class Value:
@@ -221,9 +224,10 @@ class Graph:
         return dropped
 
     def specialized(self, batch: int) -> "Graph":
-        """A copy with every symbolic dim (and attribute) that names a
-        variable set to ``batch``: the same nodes at one concrete batch, its
-        constants shared with this graph."""
+        """A copy with every symbolic dim (and attribute) that names the
+        batch set to ``batch``: the same nodes at one concrete batch (a
+        symbolic sequence length stays), its constants shared with this
+        graph."""
         out, env = Graph(), {}
 
         def copy(v: Value) -> Value:
@@ -268,17 +272,22 @@ class Graph:
         return "\n".join(lines)
 
 
-def concrete(item, batch: int):
+def concrete(item, batch: int, seq: int | None = None):
     """``item`` (a shape, an attribute dict, a tuple of dims...) with its
-    symbolic expressions evaluated at ``batch`` for every variable."""
+    symbolic expressions evaluated at ``batch`` for every variable but the
+    sequence length (``SEQ``, a trace's ``dynamic_seq``), which ``seq`` sets
+    where given and is kept symbolic otherwise."""
     if isinstance(item, dict):
-        return {k: concrete(v, batch) for k, v in item.items()}
+        return {k: concrete(v, batch, seq) for k, v in item.items()}
     if isinstance(item, (tuple, list)):
-        return type(item)(concrete(v, batch) for v in item)
+        return type(item)(concrete(v, batch, seq) for v in item)
     if isinstance(item, tvm.ir.expr.Expr) and not isinstance(item, tvm.tirx.IntImm):
         analyzer = Analyzer()
         for var in tvm.tirx.analysis.undefined_vars(item):
-            analyzer.bind(var, batch)
+            if var.name != SEQ:
+                analyzer.bind(var, batch)
+            elif seq is not None:
+                analyzer.bind(var, seq)
         value = analyzer.simplify(item)
         return int(value) if isinstance(value, tvm.tirx.IntImm) else value
     return item

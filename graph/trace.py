@@ -18,7 +18,7 @@ from tvm import tirx
 from ..errors import DTypeError, ExportError
 from ..te.shapes import DTYPES
 from ..te.value import ValueOps
-from .ir import Graph, Value
+from .ir import SEQ, Graph, Value
 
 
 class _Symbol(ValueOps):
@@ -70,7 +70,8 @@ class _Tracer:
         return outs if op.multi_output else outs[0]
 
 
-def trace(model, example, dynamic_batch: bool = True, *, where: str = "kiln.graph.trace") -> Graph:
+def trace(model, example, dynamic_batch: bool = True, *, dynamic_seq: bool = False,
+          where: str = "kiln.graph.trace") -> Graph:
     """The graph of ``model``'s forward on inputs like ``example``.
 
     Parameters
@@ -86,6 +87,11 @@ def trace(model, example, dynamic_batch: bool = True, *, where: str = "kiln.grap
     dynamic_batch : bool
         Every input's first dim becomes the one symbolic batch, so the inputs
         must agree on it.
+    dynamic_seq : bool
+        Every input's second dim becomes the one symbolic sequence length
+        (``seq``): tokens (N, L) or features (N, L, E) of any length. The
+        inputs must agree on it, and the forward must not need it as a
+        number (an unrolled recurrence does: ``ExportError``).
     where : str
         The function named in errors (``kiln.export`` passes its own name).
 
@@ -104,13 +110,33 @@ def trace(model, example, dynamic_batch: bool = True, *, where: str = "kiln.grap
             raise ExportError(f"the inputs' first dims differ ({shown}), expected one batch size: with "
                               "dynamic_batch the first dim of every input is the batch", where=where, arg="example")
         batch = tirx.Var("batch", "int64")
+    seq = _sequence(names, arrays, where) if dynamic_seq else None
     tracer = _Tracer()
-    inputs = [tracer.graph.input(name, (batch, *a.shape[1:]) if batch is not None else a.shape, str(a.dtype))
-              for name, a in zip(names, arrays)]
+    inputs = [tracer.graph.input(name, _symbolic(a.shape, batch, seq), str(a.dtype)) for name, a in zip(names, arrays)]
     out = call([_Symbol(tracer, v) for v in inputs])
     for name, value in _results(out, where):
         tracer.graph.output(value, name)
     return tracer.graph
+
+
+def _sequence(names: list, arrays: list, where: str):
+    """The symbolic sequence length of inputs that all have a second dim of one length."""
+    seconds = {name: a.shape[1] if a.ndim > 1 else None for name, a in zip(names, arrays)}
+    if None in seconds.values() or len(set(seconds.values())) > 1:
+        shown = ", ".join(f"{n} {'none' if d is None else d}" for n, d in seconds.items())
+        raise ExportError(f"the inputs' second dims are {shown}, expected one sequence length: with dynamic_seq "
+                          "the second dim of every input is the sequence", where=where, arg="example")
+    return tirx.Var(SEQ, "int64")
+
+
+def _symbolic(shape: tuple, batch, seq) -> tuple:
+    """``shape`` with its first dim ``batch`` and its second ``seq`` where those are set."""
+    dims = list(shape)
+    if batch is not None:
+        dims[0] = batch
+    if seq is not None:
+        dims[1] = seq
+    return tuple(dims)
 
 
 def _arguments(model, example, where: str) -> tuple[list[str], list[np.ndarray], object]:

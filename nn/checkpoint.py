@@ -133,6 +133,13 @@ def example_input(spec: dict, batch: int):
     return np.zeros((batch, *spec["in_shape"]), "int32" if spec.get("dataset") == "text" else "float32")
 
 
+def sequence_dynamic(spec: dict) -> bool:
+    """Whether a checkpoint's model exports with a dynamic sequence length
+    (``kiln.export``'s ``dynamic_seq``): a transformer language model, up
+    to its ``max_len``; an LSTM unrolls over its training length."""
+    return spec.get("dataset") == "text" and spec.get("model") == "transformer"
+
+
 def _misfit(path: Path, spec: dict, model: M.Module, given: bool) -> str:
     """What does not fit what, where a checkpoint cannot be loaded into
     ``model``: the spec names the model the weights were saved from, which

@@ -73,6 +73,10 @@ class _RNNBase(Module):
         if x.shape[-2] == 0 or (len(x.shape) == 3 and 0 in x.shape[:2]):
             raise ShapeError(f"got input of shape {tuple(x.shape)}, expected at least one step and sample",
                              where=where, arg="input")
+        steps = x.shape[1] if self.batch_first and len(x.shape) == 3 else x.shape[0]
+        if not isinstance(steps, (int, np.integer)):
+            raise ShapeError(f"got a sequence of symbolic length {steps}, expected a known one: the recurrence is "
+                             "unrolled over the steps (export with a fixed sequence length)", where=where, arg="input")
         if len(x.shape) == 2:
             return x.reshape((x.shape[0], 1, self.input_size)), True
         return (F.transpose(x, 0, 1) if self.batch_first else x), False

@@ -13,6 +13,7 @@ from __future__ import annotations
 import numpy as np
 
 from ..errors import AttrError, ShapeError
+from ..graph.trace import lift
 from ..te import call
 from . import functional as F
 from . import init
@@ -97,6 +98,8 @@ def _positions(module, table, x):
     if isinstance(length, int) and length > module.max_len:
         raise ShapeError(f"got a sequence of {length} positions, expected at most max_len={module.max_len}",
                          where=where, arg="x")
+    if not isinstance(length, int):  # a traced sequence of any length: its rows are taken in the graph
+        table = lift(table, x)
     rows = table if length == module.max_len else table[:length]
     return rows if module.batch_first else rows.reshape((length, 1, table.shape[1]))
 

@@ -8,10 +8,13 @@ Format ``kiln-model-2`` (``FORMAT``, written by ``kiln.export``)::
      "inputs": [{"name": "ids", "shape": [null, 16], "dtype": "int64", "align": 8}, ...],
      "outputs": [{"name": "logits", "shape": [null, 4], "dtype": "float32"}, ...],
      "returns": "array" | "tuple" | "dict",
-     "entries": [{"name": "main_small", "max_batch": 8}, ...]}
+     "entries": [{"name": "main_small", "max_batch": 8}, ...],
+     "max_seq": 256}
 
-A shape's ``null`` is a dim set by the batch (an input's first dim; an
-output's dims computed from it); ``align`` is the alignment, in bytes, at
+A shape's ``null`` is a dim set by the batch (an input's first dim) or by
+the sequence length (an input's second dim, exported with ``dynamic_seq``;
+``max_seq``, optional, bounds it where the model reads a table by position),
+and an output's dims computed from them; ``align`` is the alignment, in bytes, at
 which the kernels read the input (``graph/align.py``: its dtype's size).
 ``returns`` says how a call hands the outputs back: the one array, a tuple,
 or a dict by output name (the forward returned a dict).
@@ -58,6 +61,7 @@ class Signature:
     aligns: tuple
     outputs: tuple
     returns: str
+    max_seq: int | None = None
 
 
 def read_signature(meta: dict, path) -> Signature:
@@ -78,10 +82,10 @@ def read_signature(meta: dict, path) -> Signature:
         if not isinstance(name, str) or not name.isidentifier() or name in names:
             raise fail(f"has input name {name!r}, expected an identifier no other input has")
         names.add(name)
-        if (not isinstance(shape, list) or not shape or None in shape[1:]
+        if (not isinstance(shape, list) or not shape or None in shape[2:]
                 or not all(d is None or (type(d) is int and d >= 0) for d in shape)):
-            raise fail(f"has input {name!r} of shape {shape!r}: expected a batch (N, ...) whose first dim alone "
-                       "may be symbolic (null)")
+            raise fail(f"has input {name!r} of shape {shape!r}: expected a batch (N, ...) whose first two dims "
+                       "alone (the batch, the sequence) may be symbolic (null)")
         if type(align) is not int or align < 1:
             raise fail(f"has input {name!r} with align {align!r}, expected a positive int")
         inputs.append(Spec(name, tuple(shape), _dtype(dtype, name, fail)))
@@ -98,7 +102,10 @@ def read_signature(meta: dict, path) -> Signature:
     if returns not in RETURNS or returns != "dict" and (returns == "array") != (len(outputs) == 1):
         raise fail(f"returns {returns!r} for {len(outputs)} output(s), expected 'array' for one output, "
                    "'tuple' or 'dict' for several")
-    return Signature(tuple(inputs), tuple(aligns), tuple(outputs), returns)
+    max_seq = meta.get("max_seq")
+    if max_seq is not None and (type(max_seq) is not int or max_seq < 1):
+        raise fail(f"has max_seq {max_seq!r}, expected a positive int")
+    return Signature(tuple(inputs), tuple(aligns), tuple(outputs), returns, max_seq)
 
 
 def _items(meta: dict, key: str, fail) -> list:

@@ -33,7 +33,7 @@ from .metadata import ALIGN, choose_entry, parse_entries, read_signature
 from .replay import Replay, overlaps, record
 
 DLPACK_VERSION = (1, 0)  # the versioned protocol carries a read-only flag, so read-only arrays export too
-MAX_PLANS = 4  # batch sizes whose recorded calls (and buffers) a Predictor keeps; the oldest goes first
+MAX_PLANS = 4  # input shapes (batch sizes, sequence lengths) whose recorded calls (and buffers) a Predictor keeps; the oldest goes first
 _UNRECORDED = object()
 
 
@@ -122,8 +122,11 @@ class Predictor:
         except Exception as exc:  # noqa: BLE001 - a missing function is a TVM error
             raise ExportError(f"{self.path} lacks an entry function its metadata lists: {tvm_message(exc, 200)}",
                               where="Predictor", arg="path") from exc
-        # what each call compares against: per input (dtype, rank, fixed batch or None, the other dims)
+        # what each call compares against: per input (dtype, rank, fixed batch or None, the other dims: None for
+        # the sequence length of a model exported with dynamic_seq)
         self._expect = [(np.dtype(s.dtype), len(s.shape), s.shape[0], s.shape[1:]) for s in self.inputs]
+        self.max_seq = signature.max_seq
+        self._sequenced = [i for i, s in enumerate(self.inputs) if len(s.shape) > 1 and s.shape[1] is None]
         self._aligns = list(signature.aligns)
         self._names = [s.name for s in self.inputs]
         self._batched = [i for i, s in enumerate(self.inputs) if s.shape[0] is None]
@@ -131,7 +134,7 @@ class Predictor:
         self._simple = len(self.inputs) == 1 and self._returns == "array"  # the one-input, one-output path
         self._staged = [None] * len(self.inputs)  # per input (array, its tensor): an aligned copy TVM can take
         self._library = next((m for m in self._lib.imports if m.kind == "library"), None)  # the kernels
-        self._plans: dict = {}  # batch -> its recorded call (a Replay), or None where the VM runs it
+        self._plans: dict = {}  # input shapes -> their recorded call (a Replay), or None where the VM runs it
         self._recorder = None  # the VM that records calls (its own: the hook stays set)
 
     def __call__(self, *args, out=None, **named):
@@ -151,7 +154,7 @@ class Predictor:
         if self._simple and len(args) == 1 and not named:
             x = np.asarray(args[0])
             self._check(x)
-            plan = self._plans.get(x.shape[0], _UNRECORDED)
+            plan = self._plans.get((x.shape,), _UNRECORDED)
             if type(plan) is Replay:  # the common call: replayed, and the output copied out of the plan
                 view = plan([x], self._argument)[0]
                 if out is None:
@@ -191,18 +194,24 @@ class Predictor:
                 raise ShapeError(f"got a batch of {arrays[i].shape[0]} for {self._names[i]!r} and {batch} for "
                                  f"{self._names[lead]!r}: every input's first dim is the batch", where="Predictor",
                                  arg=self._names[i])
+        for i in self._sequenced[1:]:
+            first = self._sequenced[0]
+            if arrays[i].shape[1] != arrays[first].shape[1]:
+                raise ShapeError(f"got a sequence of {arrays[i].shape[1]} for {self._names[i]!r} and "
+                                 f"{arrays[first].shape[1]} for {self._names[first]!r}: every input's second dim is "
+                                 "the sequence", where="Predictor", arg=self._names[i])
         return arrays, batch
 
     def _run(self, arrays: list, batch: int) -> tuple[list, list]:
         """The outputs of a call on ``arrays`` as numpy views, and whether
         each is the caller's already (else it is the plan's memory, or the
         memory of an input or of an earlier output, and is copied)."""
-        plan = self._plans.get(batch, _UNRECORDED)
+        plan = self._plans.get(tuple(a.shape for a in arrays), _UNRECORDED)
         if type(plan) is Replay:
             return plan(arrays, self._argument), [False] * len(plan.outputs)
         args = [self._argument(x, None, i) for i, x in enumerate(arrays)]
         if plan is _UNRECORDED:
-            result, plan = self._record(batch, args)
+            result, plan = self._record(batch, args, tuple(a.shape for a in arrays))
         else:
             result = self._funcs[choose_entry(self._entries, batch, self._names[0])](*args)
         if plan is not None:  # the plan's own memory, which its next call overwrites
@@ -236,9 +245,10 @@ class Predictor:
             np.copyto(target, view)
         return out
 
-    def _record(self, batch: int, args: list) -> tuple:
+    def _record(self, batch: int, args: list, shapes: tuple) -> tuple:
         """Run the call for ``batch`` once, recording it: ``(result, its
-        Replay or None)``; the plan is kept for the later calls. Inputs that
+        Replay or None)``; the plan is kept for the later calls on inputs of
+        these ``shapes``. Inputs that
         share memory run on the VM unrecorded (which input a kernel reads
         would be ambiguous): a later call records."""
         entry = choose_entry(self._entries, batch, self._names[0])
@@ -252,7 +262,7 @@ class Predictor:
             result, plan = record(self._recorder, entry, self._library, args)
         if len(self._plans) >= MAX_PLANS:
             self._plans.pop(next(iter(self._plans)))
-        self._plans[batch] = plan
+        self._plans[shapes] = plan
         return result, plan
 
     def profile(self, *args, repeat: int = 100, **named) -> Profile:
@@ -305,9 +315,13 @@ class Predictor:
             raise DTypeError(f"got {x.dtype}, expected {dtype}: the model was exported for {dtype} (convert with "
                              f"{self._names[i]}.astype({str(dtype)!r}))", where="Predictor", arg=self._names[i])
         shape = x.shape
-        if len(shape) != rank or shape[1:] != tail or (shape[0] < 1 if fixed is None else shape[0] != fixed):
-            shown = "(" + ", ".join("N" if w is None else str(w) for w in self.inputs[i].shape) + ")"
-            raise ShapeError(f"got {shape}, expected {shown} with N >= 1", where="Predictor", arg=self._names[i])
+        if len(shape) != rank or (shape[0] < 1 if fixed is None else shape[0] != fixed) or not all(
+                d == w or w is None and 1 <= d <= (self.max_seq or d) for d, w in zip(shape[1:], tail)):
+            dims = ["N" if fixed is None else str(fixed)] + ["L" if w is None else str(w) for w in tail]
+            limits = ["N >= 1"] * (fixed is None) + [f"1 <= L <= {self.max_seq}" if self.max_seq else "L >= 1"] * (
+                None in tail)
+            raise ShapeError(f"got {shape}, expected ({', '.join(dims)}){' with ' if limits else ''}"
+                             f"{', '.join(limits)}", where="Predictor", arg=self._names[i])
 
     def _argument(self, x: np.ndarray, shape: tuple | None = None, i: int = 0):
         """Input ``i`` given as ``x`` (reshaped to ``shape`` when given) as a

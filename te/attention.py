@@ -47,6 +47,15 @@ matmul, softmax, transpose = op_ref("matmul"), op_ref("softmax"), op_ref("transp
 LAYOUTS = ("bhsd", "bshd")
 #: the input axes of (batch, head, sequence, feature) in each layout
 AXES = {"bhsd": (0, 1, 2, 3), "bshd": (0, 2, 1, 3)}
+#: a symbolic count of keys is padded to a multiple of this (masked out) in the
+#: kernel's score rows, so their tiles and vectors divide it: 16 float32 lanes
+KEY_BLOCK = 16
+
+
+def padded_keys(sk):
+    """The score rows' length for ``sk`` keys: ``sk`` when static, else the
+    next multiple of ``KEY_BLOCK``."""
+    return sk if is_static(sk) else tirx.floordiv(sk + KEY_BLOCK - 1, KEY_BLOCK) * KEY_BLOCK
 
 
 def _optional_scale(op: str, name: str, value):
@@ -113,6 +122,7 @@ class Attention(Op):
     def compute(self, q, k, v, *mask, scale, causal, layout):
         b, h, n, d = logical(q.shape, layout)
         sk, dv = logical(k.shape, layout)[2], logical(v.shape, layout)[3]
+        b, h, n, d, sk, dv = _one_index_type(b, h, n, d, sk, dv)
         dt = promote(self.name, *(dtype_of(t) for t in (q, k, v, *mask)))
         if scale is not None or is_static(d):
             scale = tirx.const(_scale(scale, d), dt)
@@ -124,9 +134,19 @@ class Attention(Op):
             idx = (bb, hh, s, f)
             return _as(t[tuple(idx[a] for a in axes)], dt)
 
-        kt = te.compute((b, h, d, sk), lambda bb, hh, e, j: at(k, bb, hh, j, e), name="attention_kt", tag="attention")
+        # symbolic lengths are padded: keys with zeros whose scores are masked out (``acc`` reads sk alone),
+        # queries with zero rows that the output does not read
+        skp, n_p = padded_keys(sk), padded_keys(n)
+
+        def key(bb, hh, e, j):
+            return at(k, bb, hh, j, e) if skp is sk else tirx.if_then_else(j < sk, at(k, bb, hh, j, e), _zero(dt))
+
+        def query(bb, hh, i, e):
+            return at(q, bb, hh, i, e) if n_p is n else tirx.if_then_else(i < n, at(q, bb, hh, i, e), _zero(dt))
+
+        kt = te.compute((b, h, d, skp), key, name="attention_kt", tag="attention")
         re = te.reduce_axis((0, d), "re")
-        score = te.compute((b, h, n, sk), lambda bb, hh, i, j: te.sum(at(q, bb, hh, i, re) * kt[bb, hh, re, j],
+        score = te.compute((b, h, n_p, skp), lambda bb, hh, i, j: te.sum(query(bb, hh, i, re) * kt[bb, hh, re, j],
                                                                       axis=re), name="attention_score",
                            tag="attention")
 
@@ -135,25 +155,32 @@ class Attention(Op):
             if mask:
                 m = mask[0]
                 full = (bb, hh, i, j)[4 - len(m.shape):]
-                x = x + _as(m[tuple(0 if static(e) == 1 else ix for e, ix in zip(m.shape, full))], dt)
+                value = _as(m[tuple(0 if static(e) == 1 else ix for e, ix in zip(m.shape, full))], dt)
+                inside = [c for c, padded in ((i < n, n_p is not n), (j < sk, skp is not sk)) if padded]
+                x = x + (tirx.if_then_else(tirx.all(*inside), value, _zero(dt)) if inside else value)
             if causal:
                 x = tirx.Select(j > i, tirx.const(-math.inf, dt), x)
-            return x
+            return x if skp is sk else tirx.if_then_else(j < sk, x, tirx.const(-math.inf, dt))  # no mask read past
 
-        r1, r2, r3 = (te.reduce_axis((0, sk), f"r{k}") for k in (1, 2, 3))
-        mx = te.compute((b, h, n), lambda bb, hh, i: nanmath.max_reducer()(logit(bb, hh, i, r1), axis=r1),
+        r1, r2 = (te.reduce_axis((0, skp), f"r{k}") for k in (1, 2))
+        r3 = te.reduce_axis((0, sk), "r3")
+        mx = te.compute((b, h, n_p), lambda bb, hh, i: nanmath.max_reducer()(logit(bb, hh, i, r1), axis=r1),
                         name="attention_max", tag="attention")
-        ex = te.compute((b, h, n, sk), lambda bb, hh, i, j: fastmath.exp(logit(bb, hh, i, j) - mx[bb, hh, i]),
+        ex = te.compute((b, h, n_p, skp), lambda bb, hh, i, j: fastmath.exp(logit(bb, hh, i, j) - mx[bb, hh, i]),
                         name="attention_exp", tag="attention")
-        total = te.compute((b, h, n), lambda bb, hh, i: te.sum(ex[bb, hh, i, r2], axis=r2), name="attention_sum",
+        total = te.compute((b, h, n_p), lambda bb, hh, i: te.sum(ex[bb, hh, i, r2], axis=r2), name="attention_sum",
                            tag="attention")
-        acc = te.compute((b, h, n, dv), lambda bb, hh, i, f: te.sum(ex[bb, hh, i, r3] * at(v, bb, hh, r3, f),
+        acc = te.compute((b, h, n_p, dv), lambda bb, hh, i, f: te.sum(ex[bb, hh, i, r3] * at(v, bb, hh, r3, f),
                                                                     axis=r3), name="attention_acc", tag="attention")
         out_shape = tuple((b, h, n, dv)[a] for a in axes)
 
+        if n_p is not n:  # the padded rows normalized first (the template's task root), the output a copy
+            norm = te.compute((b, h, n_p, dv), lambda bb, hh, i, f: acc[bb, hh, i, f] / total[bb, hh, i],
+                              name="attention_norm", tag="attention")
+
         def result(*idx):
             bb, hh, i, f = (idx[axes.index(a)] for a in range(4))  # the layout's axes back to (b, h, s, f)
-            return acc[bb, hh, i, f] / total[bb, hh, i]
+            return acc[bb, hh, i, f] / total[bb, hh, i] if n_p is n else norm[bb, hh, i, f]
         return te.compute(out_shape, result, name=self.name, tag=self.family)
 
     def reference(self, q, k, v, *mask, scale, causal, layout):
@@ -193,6 +220,19 @@ class Attention(Op):
         if mask:
             grads.append(unbroadcast(ds, mask[0].shape, mask[0].dtype) if wants_grad(mask[0]) else None)
         return tuple(grads)
+
+
+def _one_index_type(*dims) -> tuple:
+    """``dims`` all of one index type: int64 where a symbolic one is (an
+    export's batch and sequence), so the kernel's fused loops carry no casts
+    (a cast in a binding keeps TVM from vectorizing below it)."""
+    if not any(not is_static(d) and str(d.ty) == "int64" for d in dims):
+        return dims
+    return tuple(tirx.IntImm("int64", static(d)) if is_static(d) else d for d in dims)
+
+
+def _zero(dtype: str):
+    return tirx.const(0, dtype)
 
 
 def _as(x, dtype: str):

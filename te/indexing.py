@@ -3,6 +3,7 @@ gradient, stack, concatenate and split."""
 from __future__ import annotations
 
 import numpy as np
+import tvm
 from tvm import te, tirx
 
 from ..errors import AttrError, ShapeError
@@ -26,6 +27,8 @@ def _index(op: str, name: str, value):
             out.append("...")
         elif isinstance(item, (int, np.integer)) and not isinstance(item, bool):
             out.append(int(item))
+        elif _symbolic_prefix(item):
+            out.append((None, item[1], None))
         elif isinstance(item, (tuple, list)) and len(item) == 3 and all(
                 v is None or (isinstance(v, (int, np.integer)) and not isinstance(v, bool)) for v in item):
             if item[2] == 0:
@@ -36,6 +39,13 @@ def _index(op: str, name: str, value):
     if out.count("...") > 1:
         raise AttrError(f"got {value!r}, expected at most one ...", op=op, arg=name)
     return tuple(out)
+
+
+def _symbolic_prefix(item) -> bool:
+    """Whether ``item`` is a slice ``[:n]`` whose stop is symbolic (a traced
+    sequence length taking the first rows of a table)."""
+    return (isinstance(item, (tuple, list)) and len(item) == 3 and item[0] in (None, 0) and item[2] in (None, 1)
+            and isinstance(item[1], tvm.ir.expr.Expr) and not isinstance(item[1], tirx.IntImm))
 
 
 def resolve(op: str, shape, index):
@@ -51,6 +61,9 @@ def resolve(op: str, shape, index):
         index = tuple(index) + tuple(fill)
     out = []
     for d, it in zip(shape, index):
+        if _symbolic_prefix(it):  # [:n]: the caller bounds n by the dim (the Predictor checks the length)
+            out.append(("slice", 0, 1, d if not is_static(d) and same_dim(d, it[1]) else it[1]))
+            continue
         if not is_static(d):
             if it != (None, None, None) and it != (None, None, 1):
                 raise ShapeError("a symbolic dim can only be taken whole (:)", op=op, arg="index")
@@ -89,6 +102,11 @@ class GetItem(Op):
             return x(*src)
 
         return te.compute(self.infer_shape(tuple(x.shape), index), body, name=self.name, tag="injective")
+
+    def dim_bounds(self, shapes, index):
+        res = resolve(self.name, shapes[0], index)  # one item per input dim
+        return {r[3].name: static(d) for d, r in zip(shapes[0], res)
+                if r[0] == "slice" and is_static(d) and isinstance(r[3], tirx.Var)}
 
     def reference(self, x, index):
         return x[tuple(Ellipsis if it == "..." else it if isinstance(it, int) else slice(*it) for it in index)].copy()

@@ -162,6 +162,12 @@ class Op:
         less than the computation its GFLOPS count (a Winograd conv)."""
         return self.flops(shapes, **attrs)
 
+    def dim_bounds(self, shapes, **attrs) -> dict:
+        """Upper bounds an application on inputs of ``shapes`` sets on
+        symbolic sizes: ``{variable name: the most it may be}`` (getitem's
+        ``[:n]`` of a dim of size d bounds n by d; an export records it)."""
+        return {}
+
     # -- shared machinery -----------------------------------------------------
     def parse_attrs(self, attrs: Mapping[str, Any] | None = None) -> dict:
         """Validated attributes in canonical form, defaults filled in."""

@@ -14,6 +14,7 @@ from kiln.errors import DataError, ShapeError
 from kiln.nn.generate import generate, sample_next
 from kiln.nn.language_model import LSTMLM, TransformerLM
 from kiln.nn.text import char_datasets, pydoc_corpus
+from kiln.runtime import Predictor
 
 TEXT = "def f(x):\n    return x + 1\n\n" * 40  # 1120 characters, 17 distinct
 
@@ -123,7 +124,11 @@ def test_train_text_save_export_and_generate(tmp_path, capsys):
     first, _, last = res["epochs"]  # one step an epoch: Adam's first step overshoots, the next ones learn
     assert res["vocab_size"] == len(set(TEXT[:150])) and last["train_loss"] < first["train_loss"]
     assert last["val_perplexity"] == pytest.approx(np.exp(last["test_loss"]))
-    assert res["export"]["matches_model"] is True
+    assert res["export"]["matches_model"] is True and res["export"]["sequence"] == [1, 8]  # any length up to 8
+    again = tmp_path / "again.so"
+    assert main(["export", str(ckpt), "--out", str(again), "--json"]) == 0
+    assert json.loads(capsys.readouterr().out)["input_shape"] == [None, None]
+    assert Predictor(again)(np.zeros((3, 5), "int32")).shape == (3, 5, res["vocab_size"])
     assert main(["generate", str(ckpt), "--prompt", "def ", "--tokens", "20", "--json", "--seed", "1"]) == 0
     out = json.loads(capsys.readouterr().out)
     assert len(out["text"]) == 20 and set(out["text"]) <= set(TEXT[:150])

@@ -12,8 +12,16 @@ rows x ``vcols`` values accumulated over the keys (one probability times a
 vector of ``v``'s row), divided by the sums as they are written. The score
 rows never leave the task: no (S, Sk) matrix is written to memory.
 
-``rows``      query rows per task: a divisor of S past 1. Default: the most whose
-              scores fit ``SCORE_BYTES``.
+With a symbolic sequence length (an export's ``dynamic_seq``: S and Sk
+both symbolic) the kernel's stages run over the lengths padded to
+``KEY_BLOCK`` (``te/attention.py``: padding keys are zeros masked out,
+padding queries zero rows), so the row blocks, key tiles and vectors divide
+them evenly; the tasks are the normalized rows' (``attention_norm``) and the
+output rows are copied out within them. ``rows`` then divides ``KEY_BLOCK``.
+
+``rows``      query rows per task: a divisor of S past 1 (of ``KEY_BLOCK`` for a
+              symbolic S). Default: the most whose scores fit ``SCORE_BYTES``
+              (``SYMBOLIC_KEYS`` keys assumed where Sk is symbolic).
 ``reg_rows``  rows of both register tiles (its largest common divisor with
               ``rows``). Default: the most whose accumulators fill half
               the vector registers.
@@ -25,13 +33,16 @@ import math
 
 import numpy as np
 
-from ...te.attention import logical
+from ...te.attention import KEY_BLOCK, logical
 from ..config import Config
 from ..dispatch import NOT_APPLICABLE, NotApplicable, register_template
 from ..util import const_int, divisors
 
 #: the score rows a task holds by default (L2-resident on every x86 kind kiln targets)
 SCORE_BYTES = 64 * 1024
+#: with a symbolic sequence length: the ``rows`` offered, and the keys the default assumes
+SYMBOLIC_ROWS = (2, 4, 8, 16)  # divisors of KEY_BLOCK: the padded rows split evenly
+SYMBOLIC_KEYS = 512
 #: the rows of a register tile the knob offers (the tile takes the largest that divides ``rows``)
 REG_ROWS = (1, 2, 4, 6, 8)
 #: the widest register tile in vectors of a row
@@ -52,15 +63,18 @@ def schedule_attention(sch, block, cfg: Config) -> NotApplicable | None:
     layout = workload.attrs["layout"]
     n, d = (const_int(x) for x in logical(workload.shapes[0], layout)[2:])
     sk, dv = const_int(logical(workload.shapes[1], layout)[2]), const_int(logical(workload.shapes[2], layout)[3])
-    if None in (n, d, sk, dv) or min(n, d, sk, dv) < 2:  # compute_at drops a stage's unit loops
-        return NOT_APPLICABLE
     dtype = workload.out_dtypes[0]
     lanes = cfg.target.lanes(dtype)
+    symbolic = n is None and sk is None  # a traced sequence length: the keys padded to KEY_BLOCK
+    if None in (d, dv) or not symbolic and None in (n, sk) or min(d, dv, n or 2, sk or 2) < 2 or (
+            symbolic and KEY_BLOCK % lanes):  # compute_at drops a stage's unit loops
+        return NOT_APPLICABLE
     itemsize = np.dtype(dtype).itemsize
-    choices = [r for r in divisors(n) if r > 1]
+    choices = SYMBOLIC_ROWS if symbolic else [r for r in divisors(n) if r > 1]
+    keys = SYMBOLIC_KEYS if symbolic else sk
     rows = cfg.define_knob("rows", choices,
-                           default=max(r for r in choices if r == choices[0] or r * sk * itemsize <= SCORE_BYTES))
-    cols, vcols = _cols(sk, lanes), _cols(dv, lanes)
+                           default=max(r for r in choices if r == choices[0] or r * keys * itemsize <= SCORE_BYTES))
+    cols, vcols = KEY_BLOCK if symbolic else _cols(sk, lanes), _cols(dv, lanes)
     budget = cfg.target.vector_registers // 2  # accumulators; the rest hold loads and broadcasts
     widest = max(-(-cols // lanes), -(-vcols // lanes))
     reg_rows = cfg.define_knob("reg_rows", REG_ROWS, default=max(r for r in REG_ROWS if r == 1 or r * widest <= budget))
@@ -68,20 +82,25 @@ def schedule_attention(sch, block, cfg: Config) -> NotApplicable | None:
     par = cfg.define_knob("parallel", (0, 1), default=1)
 
     stages = {name: sch.get_sblock(f"attention_{name}") for name in ("kt", "score", "max", "exp", "sum", "acc")}
-    loops = sch.get_loops(block)
-    bb, hh, i, f = loops if layout == "bhsd" else (loops[0], loops[2], loops[1], loops[3])
+    # the task loop is the output's, or with symbolic lengths the (padded, so evenly split) rows of the
+    # normalized ``acc`` (``attention_norm``), the output then copied out of it within the task
+    root = sch.get_sblock("attention_norm") if symbolic else block
+    loops = sch.get_loops(root)
+    bb, hh, i, f = loops[:4] if symbolic or layout == "bhsd" else (loops[0], loops[2], loops[1], loops[3])
     sch.reorder(bb, hh, i, f)
     _, i = sch.split(i, [None, rows])
-    task = sch.fuse(bb, hh, sch.get_loops(block)[2])
+    task = sch.fuse(bb, hh, sch.get_loops(root)[2])
     if par:
         sch.parallel(task)  # before the stages move in (TVM checks their dataflow)
-    use_rf = sk % lanes == 0 and sk > lanes  # the row max and sum as ``lanes`` partial results
+    use_rf = symbolic or sk % lanes == 0 and sk > lanes  # the row max and sum as ``lanes`` partial results
     partial = {name: _rfactor(sch, stages[name], lanes) for name in ("sum", "max")} if use_rf else {}
-    order = [stages["acc"], stages["sum"], partial.get("sum"), stages["exp"], stages["max"], partial.get("max"),
-             stages["score"], stages["kt"]]
+    order = [stages["acc"], stages["sum"], partial.get("sum"), stages["exp"], stages["max"],
+             partial.get("max"), stages["score"], stages["kt"]]
     for stage in order:  # consumers first
         if stage is not None:
             sch.compute_at(stage, task)
+    if symbolic:
+        sch.reverse_compute_at(block, task)
     for name in ("sum", "max"):
         if name in partial:  # compute_at made the partials' loops (lane, row, key block)
             lane, row, outer = sch.get_loops(partial[name])[-3:]
@@ -93,6 +112,8 @@ def schedule_attention(sch, block, cfg: Config) -> NotApplicable | None:
     _tile(sch, stages["score"], reg_rows, cols)
     _tile(sch, stages["acc"], reg_rows, vcols)
     _vectorize_last(sch, stages["exp"], lanes)
+    if symbolic:
+        _vectorize_last(sch, root, lanes)
     _vectorize_last(sch, block, lanes)
     return None
 
@@ -121,6 +142,6 @@ def _rfactor(sch, stage, lanes: int):
 def _vectorize_last(sch, stage, lanes: int) -> None:
     inner = sch.get_loops(stage)[-1]
     extent = const_int(sch.get(inner).extent)
-    if extent is not None and extent % lanes == 0:
+    if extent is None or extent % lanes == 0:  # a symbolic extent here is the padded keys'
         _, inner = sch.split(inner, [None, lanes])
     sch.vectorize(inner)
