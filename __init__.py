@@ -50,6 +50,7 @@ _LAZY = {"te": ("kiln.te", None), "build": ("kiln.runtime.build", "build"), "cpu
          "Tensor": ("kiln.nn.tensor", "Tensor"), "no_grad": ("kiln.nn.tensor", "no_grad"),
          "manual_seed": ("kiln.nn.rng", "manual_seed"),
          "export": ("kiln.graph.export", "export"), "compile": ("kiln.nn.compiled", "compile"),
+         "quantize": ("kiln.nn.quantized", "quantize"),
          "autotune": ("kiln.autotune", None), "frontend": ("kiln.frontend", None)}
 
 

@@ -19,6 +19,7 @@ from tvm.sym.analyzer import Analyzer
 
 from ..errors import DTypeError, ExportError, ShapeError
 from ..te.registry import get_op
+from ..te.quantize import QUANTIZED
 from ..te.shapes import DTYPES
 
 #: the name of a traced symbolic sequence length (``graph.trace``'s ``dynamic_seq``)
@@ -121,8 +122,8 @@ class Graph:
         """A constant holding ``array`` (a contiguous copy where it is not one),
         named ``name`` or ``c<k>``; it joins the graph when a node reads it."""
         data = np.ascontiguousarray(array)
-        if str(data.dtype) not in DTYPES:
-            raise DTypeError(f"got an array of {data.dtype}, expected one of {', '.join(DTYPES)}",
+        if str(data.dtype) not in DTYPES + QUANTIZED:  # a quantized layer's weights are int8
+            raise DTypeError(f"got an array of {data.dtype}, expected one of {', '.join(DTYPES + QUANTIZED)}",
                              where="Graph.const", arg="array")
         self._consts += 1
         return Value(data.shape, str(data.dtype), data=data, name=name or f"c{self._consts - 1}")

@@ -70,9 +70,9 @@ def _to_device(data, dtype=None) -> tvm.runtime.Tensor:
         arr = arr.astype(np.float32)  # Python floats and lists default to float32, as in needle
     if arr.dtype == np.int64 and not isinstance(data, np.ndarray):
         arr = arr.astype(np.int32)
-    if str(arr.dtype) not in ("float32", "float64", "int32", "int64", "bool"):
-        raise DTypeError(f"got {arr.dtype}, expected float32, float64, int32, int64 or bool", where="Tensor",
-                         arg="data")
+    if str(arr.dtype) not in ("float32", "float64", "int32", "int64", "bool", "uint8", "int8"):
+        raise DTypeError(f"got {arr.dtype}, expected float32, float64, int32, int64, bool (or a quantized uint8 "
+                         "or int8)", where="Tensor", arg="data")
     return host_tensor(arr, _DEVICE)
 
 

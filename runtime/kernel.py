@@ -7,7 +7,7 @@ from functools import cached_property
 import numpy as np
 import tvm
 
-from ..errors import DTypeError, KernelRuntimeError, ShapeError, tvm_message
+from ..errors import DTypeError, KernelRuntimeError, ShapeError, TargetError, tvm_message
 from ..te.shapes import is_static, shape_str, size, static, upper_bounds
 from .device import check_runs_here
 from .lower import compile_lowered
@@ -152,6 +152,13 @@ class Kernel:
         if not text:  # a shared library (the kernel cache's) keeps no source: generate it again from the IR
             text = _module_source(compile_lowered(self.workload, self._lowered, self.target).mod, self.target)
         return text
+
+    def assembly(self) -> str:
+        """The CPU code as assembly (compiled again from the IR: a cached kernel keeps only its library)."""
+        if self.target.kind != "cpu":
+            raise TargetError(f"got a {self.target.kind} kernel, expected a CPU one: its code is source()",
+                              op=self.op.name, arg="target")
+        return compile_lowered(self.workload, self._lowered, self.target).mod.inspect_source("asm")
 
     @property
     def template(self) -> str:

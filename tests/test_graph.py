@@ -328,7 +328,8 @@ def test_build_library_refuses_inputs_that_are_not_one_batch(tmp_path):
     from kiln.graph import Graph, build_library
 
     for first, second, needle in [((tirx.Var("n", "int64"), 3), (tirx.Var("m", "int64"), 3), "the same variable"),
-                                  ((2, tirx.Var("n", "int64")), (2, 3), "first dim alone")]:
+                                  ((2, tirx.Var("s", "int64")), (2, tirx.Var("t", "int64")), "the same variable"),
+                                  ((2, 3, tirx.Var("n", "int64")), (2, 3, 3), "second .the sequence. alone")]:
         graph = Graph()
         a, b = graph.input("a", first, "float32"), graph.input("b", second, "float32")
         graph.output(graph.apply("relu", [a])[0])

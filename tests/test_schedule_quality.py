@@ -36,8 +36,9 @@ LARGE = [
      {"channels": 96, "padding": 1, "stride": 2, "in_block": 32, "out_block": True}),
     ("batch_norm_train_grad", [(64, 64, 28, 28)] * 2 + [(64,)] * 3, {}),
     ("attention", [(1, 128, 12, 64)] * 3 + [(1, 1, 1, 128)], {"layout": "bshd"}),
+    ("dense_int8", [(128, 784), (32, 196, 16, 4), (512,), (512,)], {}),
 ]
-DTYPES = {"masked_select": ["float32", "bool"]}
+DTYPES = {"masked_select": ["float32", "bool"], "dense_int8": ["uint8", "int8", "float32", "float32"]}
 
 
 @pytest.mark.parametrize("op,shapes,attrs", LARGE, ids=lambda v: str(v) if isinstance(v, str) else None)

@@ -1,0 +1,44 @@
+"""The 8-bit dot-product instructions ``dense_int8``'s template tensorizes
+with, registered as TVM tensor intrinsics: ``vpdpbusd`` (AVX-512 VNNI) adds,
+to each of 16 int32 lanes, the 4 products of 4 uint8 (one broadcast
+32-bit word) and the lane's 4 int8.
+
+TVM's own ``dot_16x4_vnni`` passes the bytes as ``<16 x i32>``, which the
+LLVM it is built with no longer accepts (the intrinsic takes ``<64 x i8>``
+since LLVM 20); these pass bytes.
+"""
+from __future__ import annotations
+
+from tvm.s_tir import TensorIntrin
+from tvm.script import tirx as T
+
+VNNI_16x4 = "kiln_dot_16x4_u8i8i32_vnni"
+
+
+@T.prim_func(s_tir=True)
+def _dot_16x4_desc(a: T.Buffer((4,), "uint8", offset_factor=1), b: T.Buffer((16, 4), "int8", offset_factor=1),
+                   c: T.Buffer((16,), "int32", offset_factor=1)) -> None:
+    with T.sblock("root"):
+        T.reads(c[0:16], a[0:4], b[0:16, 0:4])
+        T.writes(c[0:16])
+        for i in T.serial(0, 16):
+            for k in T.serial(0, 4):
+                with T.sblock("update"):
+                    vi, vk = T.axis.remap("SR", [i, k])
+                    c[vi] = c[vi] + T.cast(a[vk], "int32") * T.cast(b[vi, vk], "int32")
+
+
+@T.prim_func(s_tir=True)
+def _dot_16x4_vnni(a: T.Buffer((4,), "uint8", offset_factor=1), b: T.Buffer((16, 4), "int8", offset_factor=1),
+                   c: T.Buffer((16,), "int32", offset_factor=1)) -> None:
+    with T.sblock("root"):
+        T.reads(c[0:16], a[0:4], b[0:16, 0:4])
+        T.writes(c[0:16])
+        word = T.reinterpret(a.vload([0], "uint8x4"), dtype="int32")
+        c[T.ramp(T.int32(0), 1, 16)] = T.call_llvm_pure_intrin(
+            T.llvm_lookup_intrinsic_id("llvm.x86.avx512.vpdpbusd.512"), c.vload([0], dtype="int32x16"),
+            T.reinterpret(T.broadcast(word, 16), dtype="uint8x64"), b.vload([0, 0], dtype="int8x64"),
+            dtype="int32x16")
+
+
+TensorIntrin.register(VNNI_16x4, _dot_16x4_desc, _dot_16x4_vnni)

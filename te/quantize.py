@@ -1,0 +1,183 @@
+"""Quantized inference: ``quantize`` (float to uint8/int8 with a scale and a
+zero point: ONNX's ``QuantizeLinear``), ``dequantize`` (its inverse,
+``DequantizeLinear``) and ``dense_int8`` (a layer's product of uint8
+activations and int8 weights accumulated in int32, its dequantizing epilogue
+``acc * scale[n] + offset[n]`` fused, float32 out).
+
+``dense_int8``'s weight comes in blocks of 4 along K and ``bn`` output
+columns, ``(P, K4, bn, 4)`` (``pack_int8_weight``): one ``vpdpbusd`` adds 4
+products to each of 16 int32 lanes, reading one block row. Its epilogue holds
+what the quantization of ``x @ w + b`` leaves once the integer product is
+known: with ``x ~ sx (xq - zx)`` and ``w[:, n] ~ sw[n] wq[:, n]``,
+``scale[n] = sx sw[n]`` and ``offset[n] = b[n] - sx sw[n] zx sum_k wq[k, n]``
+(``kiln.quantize`` computes both).
+"""
+from __future__ import annotations
+
+import numpy as np
+from tvm import te, tirx
+
+from ..errors import AttrError, ShapeError
+from . import attrs as A
+from . import nanmath
+from .registry import Op, register
+from .shapes import FLOATS, dtype_of, is_static, same_dim, shape_str, static
+
+#: the integer dtypes of quantized tensors
+QUANTIZED = ("uint8", "int8")
+#: ``dense_int8``'s accumulators cover a symbolic M padded to a multiple of this
+ROW_BLOCK = 8
+
+
+def _range(dtype: str) -> tuple[int, int]:
+    info = np.iinfo(dtype)
+    return int(info.min), int(info.max)
+
+
+def _zero_point(op: str, attrs: dict) -> None:
+    low, high = _range(attrs["dtype"])
+    if not low <= attrs["zero_point"] <= high:
+        raise AttrError(f"got {attrs['zero_point']}, expected a {attrs['dtype']} ({low}..{high})", op=op,
+                        arg="zero_point")
+
+
+_QUANT_ATTRS = {"scale": A.Attr(A.positive_float, doc="the real value of one quantization step"),
+                "zero_point": A.Attr(A.integer, default=0, doc="the integer that stands for 0.0"),
+                "dtype": A.Attr(A.one_of(*QUANTIZED), default="uint8", doc="the quantized dtype")}
+
+
+@register
+class Quantize(Op):
+    """``clamp(round(x / scale) + zero_point)`` in ``dtype`` (ties to even, as ONNX)."""
+
+    name = "quantize"
+    differentiable = False
+    dtypes = FLOATS
+    attrs = _QUANT_ATTRS
+
+    def infer_shape(self, x, **attrs):
+        _zero_point(self.name, attrs)
+        return x
+
+    def infer_dtype(self, x, scale, zero_point, dtype):
+        return dtype
+
+    def compute(self, x, scale, zero_point, dtype):
+        low, high = _range(dtype)
+        dt = dtype_of(x)
+
+        def body(*i):
+            q = tirx.nearbyint(x(*i) / tirx.const(scale, dt)) + tirx.const(zero_point, dt)
+            return tirx.Cast(dtype, tirx.max(tirx.min(q, tirx.const(high, dt)), tirx.const(low, dt)))
+        return te.compute(x.shape, body, name=self.name, tag="injective")
+
+    def reference(self, x, scale, zero_point, dtype):
+        low, high = _range(dtype)
+        return np.clip(np.rint(x / x.dtype.type(scale)) + zero_point, low, high).astype(dtype)
+
+
+@register
+class Dequantize(Op):
+    """``(x - zero_point) * scale`` as float32 (``quantize``'s inverse up to rounding)."""
+
+    name = "dequantize"
+    differentiable = False
+    dtypes = QUANTIZED
+    attrs = _QUANT_ATTRS
+
+    def infer_shape(self, x, **attrs):
+        _zero_point(self.name, attrs)
+        return x
+
+    def infer_dtype(self, x, scale, zero_point, dtype):
+        return "float32"
+
+    def compute(self, x, scale, zero_point, dtype):
+        return te.compute(x.shape, lambda *i: (x(*i).astype("float32") - tirx.const(zero_point, "float32"))
+                          * tirx.const(scale, "float32"), name=self.name, tag="injective")
+
+    def reference(self, x, scale, zero_point, dtype):
+        return ((x.astype(np.float32) - np.float32(zero_point)) * np.float32(scale)).astype(np.float32)
+
+
+def pack_int8_weight(wq: np.ndarray, bn: int) -> np.ndarray:
+    """An int8 (K, N) weight as ``dense_int8``'s blocks ``(ceil(N / bn),
+    ceil(K / 4), bn, 4)``, zeros past K and N."""
+    k, n = wq.shape
+    k4, panels = -(-k // 4), -(-n // bn)
+    padded = np.zeros((k4 * 4, panels * bn), np.int8)
+    padded[:k, :n] = wq
+    return np.ascontiguousarray(padded.reshape(k4, 4, panels, bn).transpose(2, 0, 3, 1))
+
+
+@register
+class DenseInt8(Op):
+    """``relu?(float(x @ w) * scale + offset)``: uint8 rows (M, K) times an
+    int8 weight in ``pack_int8_weight``'s blocks (P, K4, bn, 4), the products
+    summed in int32; ``scale`` and ``offset`` (N,) float32 per output column."""
+
+    name = "dense_int8"
+    compute_bound = True
+    relu_attr = True
+    differentiable = False
+    arity = 4
+    family = "int8"  # its own templates (schedules/cpu/int8.py), not the float products'
+    dtypes = ("uint8", "int8", "float32")
+    attrs = {"relu": A.Attr(A.boolean, default=False, doc="apply relu after the epilogue")}
+
+    def check(self, shapes, dtypes=None, attrs=None):
+        workload = super().check(shapes, dtypes, attrs)
+        want = ("uint8", "int8", "float32", "float32")
+        if tuple(workload.dtypes) != want:
+            raise AttrError(f"got dtypes {', '.join(workload.dtypes)}, expected {', '.join(want)} (x, w, scale, "
+                            "offset)", op=self.name, arg="dtypes")
+        return workload
+
+    def infer_shape(self, x, w, scale, offset, relu):
+        if len(x) != 2 or len(w) != 4 or len(scale) != 1 or len(offset) != 1:
+            raise ShapeError(f"got x {shape_str(x)}, w {shape_str(w)}, scale {shape_str(scale)}, offset "
+                             f"{shape_str(offset)}, expected (M, K), (P, K4, bn, 4), (N,), (N,)", op=self.name,
+                             arg="shapes")
+        k, (panels, k4, bn, four), n = static(x[1]), (static(d) for d in w), static(scale[0])
+        if four != 4 or not all(isinstance(v, int) for v in (k, k4, bn, n, panels)) or not (
+                4 * (k4 - 1) < k <= 4 * k4) or not (bn * (panels - 1) < n <= bn * panels) or not same_dim(
+                scale[0], offset[0]):
+            raise ShapeError(f"got x {shape_str(x)}, w {shape_str(w)}, scale {shape_str(scale)}, offset "
+                             f"{shape_str(offset)}: expected w to hold K = {k} in blocks of 4 and N = {n} in "
+                             "panels of bn (pack_int8_weight), and one scale and offset per column", op=self.name,
+                             arg="shapes")
+        return (x[0], scale[0])
+
+    def infer_dtype(self, x, w, scale, offset, relu):
+        return "float32"
+
+    def compute(self, x, w, scale, offset, relu):
+        m, k = x.shape
+        panels, k4, bn, _ = w.shape
+        rk, rr = te.reduce_axis((0, k4), "k4"), te.reduce_axis((0, 4), "r")
+        # a symbolic M (a batch) is padded to ROW_BLOCK rows, the padding rows reading the last row again,
+        # so a register tile of rows divides it (no predicate: the dot instruction's block must be whole)
+        rows = m if is_static(m) else tirx.floordiv(m + ROW_BLOCK - 1, ROW_BLOCK) * ROW_BLOCK
+
+        def xv(i, kk):
+            i = i if rows is m else tirx.min(i, m - 1)
+            return x[i, kk] if static(k) % 4 == 0 else tirx.if_then_else(kk < k, x[i, kk], tirx.const(0, "uint8"))
+        acc = te.compute((rows, panels, bn), lambda i, p, j: te.sum(
+            xv(i, rk * 4 + rr).astype("int32") * w[p, rk, j, rr].astype("int32"), axis=[rk, rr]),
+            name="dense_int8_acc", tag="matmul")
+
+        def epilogue(i, n):
+            v = acc[i, n // bn, n % bn].astype("float32") * scale[n] + offset[n]
+            return nanmath.relu(v) if relu else v
+        return te.compute((m, scale.shape[0]), epilogue, name=self.name, tag="matmul")
+
+    def reference(self, x, w, scale, offset, relu):
+        panels, k4, bn, _ = w.shape
+        wq = w.transpose(1, 3, 0, 2).reshape(k4 * 4, panels * bn)[:x.shape[1], :scale.shape[0]]
+        acc = x.astype(np.int64) @ wq.astype(np.int64)
+        out = (acc.astype(np.float32) * scale + offset).astype(np.float32)
+        return np.maximum(out, 0) if relu else out
+
+    def flops(self, shapes, **attrs):
+        (m, k), _, (n,), _ = shapes
+        return 2.0 * static(m) * static(k) * static(n) if all(isinstance(static(v), int) for v in (m, k, n)) else 0.0

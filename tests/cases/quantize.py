@@ -1,0 +1,44 @@
+"""Quantized inference: quantize / dequantize, and dense_int8 on packed int8
+weights (K in blocks of 4 or with a tail, N in whole panels or not, one row
+to a batch's worth)."""
+import numpy as np
+
+from helpers import Case
+from kiln.te.quantize import pack_int8_weight
+
+
+def _floats_and_ties(rng, shapes, dtypes):
+    x = rng.uniform(-40, 40, shapes[0]).astype(dtypes[0])
+    x.flat[:4] = [0.25, 0.75, -0.25, 1e9]  # ties at scale 0.5 round to even; a value past the range saturates
+    return [x]
+
+
+def _codes(rng, shapes, dtypes):
+    return [rng.integers(np.iinfo(dtypes[0]).min, np.iinfo(dtypes[0]).max + 1, shapes[0]).astype(dtypes[0])]
+
+
+def _dense(rng, shapes, dtypes):
+    (m, k), (panels, k4, bn, _), (n,), _ = shapes
+    x = rng.integers(0, 256, (m, k)).astype(np.uint8)
+    w = pack_int8_weight(rng.integers(-127, 128, (k, n)).astype(np.int8), bn)
+    return [x, w, (rng.random(n) * 1e-3).astype(np.float32), rng.standard_normal(n).astype(np.float32)]
+
+
+def _dense_case(m, k, n, bn=16, **attrs):
+    shapes = [(m, k), (-(-n // bn), -(-k // 4), bn, 4), (n,), (n,)]
+    return Case("dense_int8", shapes, ["uint8", "int8", "float32", "float32"], attrs=attrs, make=_dense, grad=False)
+
+
+CASES = [
+    Case("quantize", [(4, 33)], attrs={"scale": 0.5, "zero_point": 128}, make=_floats_and_ties, grad=False),
+    Case("quantize", [(2, 3, 5)], "float64", attrs={"scale": 0.1, "zero_point": -3, "dtype": "int8"},
+         make=_floats_and_ties, grad=False),
+    Case("dequantize", [(4, 33)], "uint8", attrs={"scale": 0.5, "zero_point": 128}, make=_codes, grad=False),
+    Case("dequantize", [(7,)], "int8", attrs={"scale": 0.02, "zero_point": 5, "dtype": "int8"}, make=_codes,
+         grad=False),
+    _dense_case(64, 512, 256),
+    _dense_case(5, 64, 40, relu=True),  # 5 rows, a panel and a half
+    _dense_case(1, 100, 16),
+    _dense_case(3, 30, 20),  # K in 7 blocks and a tail of 2
+    _dense_case(12, 32, 24, bn=8),
+]

@@ -1,0 +1,106 @@
+"""int8 inference: ``dense_int8`` runs on ``vpdpbusd`` where the target has
+AVX-512 VNNI (read in the generated code, built for such a CPU whatever the
+host), serves a symbolic batch, and ``kiln.quantize`` turns a model's dense
+layers into int8 with a per-layer report, exports, and refuses bad
+calibration data clearly."""
+import re
+
+import numpy as np
+import pytest
+
+import kiln
+from kiln import nn
+from kiln.errors import AttrError, DataError
+from kiln.runtime import Predictor
+from kiln.runtime.device import cpu, host
+from kiln.te import get_op, sym
+from kiln.te.quantize import pack_int8_weight
+
+DTYPES = ["uint8", "int8", "float32", "float32"]
+
+
+def _inputs(rng, m, k, n, bn=16):
+    x = rng.integers(0, 256, (m, k)).astype(np.uint8)
+    w = pack_int8_weight(rng.integers(-128, 128, (k, n)).astype(np.int8), bn)  # -128: the widest products
+    return [x, w, (rng.random(n) * 1e-3).astype(np.float32), rng.standard_normal(n).astype(np.float32)]
+
+
+@pytest.mark.parametrize("mcpu", ["cascadelake", "znver4", "sapphirerapids"])
+def test_dense_int8_is_vpdpbusd_on_a_vnni_cpu(mcpu):
+    target = cpu(mcpu)
+    assert "avx512vnni" in target.isa
+    kernel = kiln.build("dense_int8", [(64, 512), (16, 128, 16, 4), (256,), (256,)], DTYPES, target=target)
+    assert kernel.template == "int8.schedule_dense_int8"
+    assert re.search(r"vpdpbusd\s+%zmm", kernel.assembly())  # the instruction, on 512-bit registers
+
+
+def test_dense_int8_without_vnni_is_exact_too():
+    target = cpu("znver3")  # AVX2, no VNNI
+    kernel = kiln.build("dense_int8", [(6, 64), (2, 16, 16, 4), (32,), (32,)], DTYPES, target=target)
+    assert "vpdpbusd" not in kernel.assembly()
+    if not target.runs_here:
+        pytest.skip(f"{host().mcpu} cannot run {target.mcpu} code")
+    args = _inputs(np.random.default_rng(0), 6, 64, 32)
+    want = get_op("dense_int8").reference(*args, relu=False)
+    np.testing.assert_allclose(kernel(*args), want, rtol=1e-6, atol=1e-4)
+
+
+def test_dense_int8_serves_a_symbolic_batch():
+    kernel = kiln.build("dense_int8", [(sym("n"), 128), (4, 32, 16, 4), (64,), (64,)], DTYPES)
+    assert kernel.template == "int8.schedule_dense_int8"
+    rng = np.random.default_rng(1)
+    for m in (1, 5, 8, 13, 64):
+        args = _inputs(rng, m, 128, 64)
+        want = get_op("dense_int8").reference(*args, relu=False)
+        np.testing.assert_allclose(kernel(*args), want, rtol=1e-6, atol=1e-4, err_msg=f"{m} rows")
+
+
+def _mlp():
+    nn.init.manual_seed(0)
+    return nn.Sequential(nn.Linear(64, 128), nn.ReLU(), nn.Linear(128, 10)).eval()
+
+
+@pytest.mark.parametrize("observer", ["minmax", "percentile", "entropy"])
+def test_quantize_reports_each_layer_and_stays_close_to_float(observer):
+    model, rng = _mlp(), np.random.default_rng(0)
+    calibration = [rng.standard_normal((32, 64)).astype(np.float32) for _ in range(4)]
+    quantized = kiln.quantize(model, calibration, observer=observer)
+    assert [(r.name, r.kind) for r in quantized.report] == [("0", "int8"), ("2", "int8")]
+    first = quantized.report[0]
+    assert 0 < first.in_scale and 0 <= first.in_zero_point <= 255 and first.error < 0.02
+    x = rng.standard_normal((16, 64)).astype(np.float32)
+    want, got = model(kiln.Tensor(x)).numpy(), quantized(kiln.Tensor(x)).numpy()
+    assert np.linalg.norm(got - want) / np.linalg.norm(want) < (0.03 if observer != "entropy" else 0.3)
+    assert "int8" in quantized.summary()
+    assert isinstance(model.modules[0], nn.Linear)  # the model itself is untouched
+
+
+def test_a_quantized_model_exports_and_skipped_layers_stay_float(tmp_path):
+    model, rng = _mlp(), np.random.default_rng(2)
+    calibration = rng.standard_normal((64, 64)).astype(np.float32)
+    quantized = kiln.quantize(model, calibration, skip=("last",), per_channel=False)
+    assert [(r.name, r.kind) for r in quantized.report] == [("0", "int8"), ("2", "float")]
+    predictor = Predictor(kiln.export(quantized, calibration[:1], tmp_path / "q.so"))
+    x = rng.standard_normal((7, 64)).astype(np.float32)
+    np.testing.assert_allclose(predictor(x), quantized(kiln.Tensor(x)).numpy(), rtol=1e-5, atol=1e-5)
+
+
+class _NoDense(nn.Module):
+    def forward(self, x):
+        return x * 2.0
+
+
+def test_bad_calibration_and_models_are_refused_clearly():
+    model, x = _mlp(), np.zeros((4, 64), np.float32)
+    bad = x.copy()
+    bad[0, 0] = np.nan
+    for calibration, needle in [([], "no calibration batch"), (np.zeros((0, 64), np.float32), "empty"),
+                                (bad, "NaN"), (np.zeros((4, 63), np.float32), "does not take a calibration batch")]:
+        with pytest.raises(DataError, match=needle):
+            kiln.quantize(model, calibration)
+    with pytest.raises(AttrError, match="no dense layer"):
+        kiln.quantize(_NoDense(), x)
+    with pytest.raises(AttrError, match="expected one of minmax"):
+        kiln.quantize(model, x, observer="mse")
+    with pytest.raises(AttrError, match="expected layer names among 0, 2"):
+        kiln.quantize(model, x, skip=("head",))
