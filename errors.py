@@ -19,6 +19,7 @@ class KilnError(Exception):
         self.op = op
         self.arg = arg
         self.where = where
+        self.message = message  # without the prefix naming where, the op and the argument
         parts = [] if where is None else [where]
         if op is not None:
             parts.append(f"op '{op}'")

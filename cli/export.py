@@ -12,9 +12,11 @@ one — is a ``kiln: error:`` naming the file, found before compiling.
 """
 from __future__ import annotations
 
+import dataclasses
 import json
 
-from ..errors import FrontendError
+from ..errors import DataError, FrontendError
+from ..nn.observers import OBSERVERS
 from .args import add_records_argument, apply_records_arg
 
 
@@ -28,6 +30,13 @@ def register(subparsers) -> None:
     parser.add_argument("--input-shape", action="append", default=[], metavar="NAME=DIMS",
                         help="an .onnx model's input shape, e.g. input_ids=Nx128 (repeated per input; N: any size): "
                              "needed for the dims the file leaves symbolic besides the batch, which stays dynamic")
+    parser.add_argument("--int8", action="store_true",
+                        help="quantize the dense layers to int8 first (kiln.quantize), calibrated on --calibration")
+    parser.add_argument("--calibration", metavar="FILE.npy",
+                        help="with --int8: representative inputs (N, ...) as a .npy or a .npz of one array, run in "
+                             "batches of 32 to choose each layer's input range")
+    parser.add_argument("--observer", choices=OBSERVERS, default="minmax",
+                        help="with --int8: how an input range is chosen (default minmax)")
     parser.add_argument("--json", action="store_true",
                         help="print one JSON object (path, model, inputs) instead of a sentence")
     add_records_argument(parser)  # the tuned batch sizes get entries of their own (kiln.export's batches)
@@ -40,6 +49,9 @@ def run(args) -> int:
     out = check_output_path(args.out, "--out")
     apply_records_arg(args)
     if args.checkpoint.lower().endswith(".onnx"):
+        if args.int8:
+            raise FrontendError("--int8 applies to a checkpoint: quantizing an imported model is not built yet",
+                                where="kiln export", arg="--int8")
         return _export_onnx(args, out)
     if args.input_shape:
         raise FrontendError("--input-shape applies to an .onnx model; a checkpoint's spec gives its input shape",
@@ -47,17 +59,45 @@ def run(args) -> int:
     from ..graph.export import export
     from ..nn.checkpoint import example_input, load_checkpoint, sequence_dynamic
 
+    calibration = _calibration(args)  # read before the model: a bad file is said first
     model, spec = load_checkpoint(args.checkpoint)
+    quantized = None
+    if calibration is not None:
+        from ..nn.quantized import quantize
+
+        quantized = model = quantize(model, [calibration[i:i + 32] for i in range(0, len(calibration), 32)],
+                                     observer=args.observer)
+        if not args.json:
+            print(quantized.summary())
     dynamic = sequence_dynamic(spec)  # a transformer LM: any length up to its max_len
     path = export(model, example_input(spec, 1), out, dynamic_seq=dynamic)
     shape = [None, *spec["in_shape"]]
     if dynamic:
         shape[1] = None
     info = {"path": str(path), "model": spec["model"], "input_shape": shape}
+    if quantized is not None:
+        info["int8"] = [dataclasses.asdict(r) for r in quantized.report]
     dims = ", ".join("N" if k == 0 else "L" if d is None else str(d) for k, d in enumerate(shape))
     limit = f", L <= {model.max_len}" if dynamic else ""
     print(json.dumps(info) if args.json else f"exported {spec['model']} to {path} (input ({dims}){limit})")
     return 0
+
+
+def _calibration(args):
+    """``--calibration``'s array (with ``--int8``), or None without ``--int8``."""
+    if not args.int8:
+        if args.calibration:
+            raise DataError("--calibration applies with --int8", where="kiln export", arg="--calibration")
+        return None
+    if not args.calibration:
+        raise DataError("--int8 needs --calibration FILE.npy: representative inputs to choose each layer's int8 "
+                        "range from", where="kiln export", arg="--calibration")
+    from .predict import read_input
+
+    try:
+        return read_input(args.calibration)
+    except DataError as exc:
+        raise DataError(exc.message, where="kiln export", arg="--calibration") from exc
 
 
 def parse_input_shapes(items: list[str]) -> dict:

@@ -3,6 +3,7 @@ AVX-512 VNNI (read in the generated code, built for such a CPU whatever the
 host), serves a symbolic batch, and ``kiln.quantize`` turns a model's dense
 layers into int8 with a per-layer report, exports, and refuses bad
 calibration data clearly."""
+import json
 import re
 
 import numpy as np
@@ -104,3 +105,24 @@ def test_bad_calibration_and_models_are_refused_clearly():
         kiln.quantize(model, x, observer="mse")
     with pytest.raises(AttrError, match="expected layer names among 0, 2"):
         kiln.quantize(model, x, skip=("head",))
+
+
+def test_kiln_export_int8_of_a_trained_mlp_keeps_its_test_error(tmp_path, capsys):
+    from kiln.cli import main
+    from kiln.nn.data import digits
+
+    ckpt, float_so, int8_so, calib = (tmp_path / n for n in ("mlp.npz", "f.so", "q.so", "calib.npy"))
+    assert main(["train", "--epochs", "3", "--json", "--save", str(ckpt), "--export", str(float_so)]) == 0
+    capsys.readouterr()
+    train_x, _ = digits("train").arrays
+    np.save(calib, train_x[:256].astype(np.float32))
+    assert main(["export", str(ckpt), "--out", str(int8_so), "--int8", "--calibration", str(calib), "--json"]) == 0
+    report = json.loads(capsys.readouterr().out)["int8"]
+    assert [r["kind"] for r in report] == ["int8"] * len(report) and all(r["error"] < 0.05 for r in report)
+    test_x, test_y = digits("test").arrays
+    errors = [float(np.mean(Predictor(so)(test_x.astype(np.float32)).argmax(1) != test_y)) for so in (float_so, int8_so)]
+    assert abs(errors[1] - errors[0]) <= 0.005, errors  # within half a point of the float model's test error
+    for argv, needle in [(["--int8"], "needs --calibration"), (["--calibration", str(calib)], "applies with --int8"),
+                         (["--int8", "--calibration", str(tmp_path / "none.npy")], "cannot read")]:
+        assert main(["export", str(ckpt), "--out", str(tmp_path / "x.so"), *argv]) == 2
+        assert needle in capsys.readouterr().err
