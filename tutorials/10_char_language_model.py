@@ -13,6 +13,7 @@ You will learn how to:
   model, ready-made;
 * train it with compiled steps and read its validation perplexity;
 * sample text at a few temperatures;
+* export it once for every sequence length (``dynamic_seq``);
 * run the same data through an ``LSTM`` and compare.
 
 Run: ``python tutorials/10_char_language_model.py`` (``KILN_TUTORIAL_SMALL=1``
@@ -29,6 +30,8 @@ lm.npz --prompt "def "``.
 # and the last 10% for validation, cut into windows of ``SEQ`` characters;
 # each window's labels are the same characters one position later.
 import os
+import tempfile
+from pathlib import Path
 
 import numpy as np
 
@@ -39,6 +42,7 @@ from kiln.nn.generate import generate
 from kiln.nn.language_model import perplexity
 from kiln.nn.text import char_datasets, pydoc_corpus
 from kiln.nn.train import fit
+from kiln.runtime import Predictor
 
 SMALL = os.environ.get("KILN_TUTORIAL_SMALL") == "1"
 SEQ, EPOCHS = (16, 1) if SMALL else (64, 3)
@@ -111,6 +115,24 @@ for e in history.epochs:
 for temperature in (0.0, 0.5, 1.0):
     ids = generate(model, vocab.encode("The "), tokens=80, temperature=temperature, seed=0)
     print(f"T={temperature}: {'The ' + vocab.decode(ids)!r}")
+
+# %%
+# Export for any length
+# ---------------------
+#
+# ``kiln.export(..., dynamic_seq=True)`` compiles one module whose inputs'
+# second dim (the sequence) is symbolic too: it serves every length up to
+# the positional table's (``max_seq``), and its attention kernel keeps the
+# CPU template by padding keys and queries inside the kernel.
+path = kiln.export(model, np.zeros((1, SEQ), "int32"), Path(tempfile.mkdtemp()) / "lm.so", dynamic_seq=True)
+predictor = Predictor(path)
+print("inputs", predictor.inputs, "max_seq", predictor.max_seq)
+model.eval()
+for length in (5, SEQ):
+    tokens = np.array([vocab.encode(text[:length])], "int32")
+    got, want = predictor(tokens), model(kiln.Tensor(tokens)).numpy()
+    print(f"length {length}: logits {got.shape}, largest difference from the model {np.abs(got - want).max():.1e}")
+    assert np.allclose(got, want, rtol=1e-3, atol=1e-4)
 
 # %%
 # An LSTM on the same data
