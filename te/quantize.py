@@ -48,7 +48,8 @@ _QUANT_ATTRS = {"scale": A.Attr(A.positive_float, doc="the real value of one qua
 
 @register
 class Quantize(Op):
-    """``clamp(round(x / scale) + zero_point)`` in ``dtype`` (ties to even, as ONNX)."""
+    """``clamp(round(x / scale) + zero_point)`` in ``dtype`` (ties to even, as
+    ONNX; infinities saturate, NaN gives the zero point)."""
 
     name = "quantize"
     differentiable = False
@@ -67,13 +68,17 @@ class Quantize(Op):
         dt = dtype_of(x)
 
         def body(*i):
-            q = tirx.nearbyint(x(*i) / tirx.const(scale, dt)) + tirx.const(zero_point, dt)
+            v = x(*i)
+            q = tirx.nearbyint(v / tirx.const(scale, dt)) + tirx.const(zero_point, dt)
+            q = tirx.Select(tirx.isnan(v), tirx.const(zero_point, dt), q)  # NaN stands for nothing: the zero point
             return tirx.Cast(dtype, tirx.max(tirx.min(q, tirx.const(high, dt)), tirx.const(low, dt)))
         return te.compute(x.shape, body, name=self.name, tag="injective")
 
     def reference(self, x, scale, zero_point, dtype):
         low, high = _range(dtype)
-        return np.clip(np.rint(x / x.dtype.type(scale)) + zero_point, low, high).astype(dtype)
+        with np.errstate(invalid="ignore"):
+            q = np.clip(np.rint(x / x.dtype.type(scale)) + zero_point, low, high)
+        return np.where(np.isnan(x), zero_point, q).astype(dtype)
 
 
 @register
