@@ -52,7 +52,10 @@ class QuantizedLinear(Module):
         if x.shape[-1] != self.in_features:
             raise ShapeError(f"got input of shape {tuple(x.shape)}, expected (..., {self.in_features})",
                              where="QuantizedLinear", arg="x")
-        rows = x if x.ndim == 2 else x.reshape((-1, self.in_features))
+        count = 1
+        for d in x.shape[:-1]:  # the rows, symbolic in a trace with a dynamic batch
+            count = count * d
+        rows = x if x.ndim == 2 else x.reshape((count, self.in_features))
         q = call("quantize", rows, scale=self.in_scale, zero_point=self.in_zero_point, dtype="uint8")
         out = call("dense_int8", q, self.weight, self.scale, self.offset)
         return out if x.ndim == 2 else out.reshape((*x.shape[:-1], self.out_features))

@@ -137,3 +137,18 @@ def test_kiln_export_int8_of_a_trained_mlp_keeps_its_test_error(tmp_path, capsys
                          (["--int8", "--calibration", str(tmp_path / "none.npy")], "cannot read")]:
         assert main(["export", str(ckpt), "--out", str(tmp_path / "x.so"), *argv]) == 2
         assert needle in capsys.readouterr().err
+
+
+def test_a_quantized_transformer_exports_with_its_rows_symbolic(tmp_path):
+    from kiln.nn.language_model import TransformerLM
+
+    nn.init.manual_seed(0)
+    model = TransformerLM(30, d_model=32, nhead=2, num_layers=1, max_len=16, dropout=0.0).eval()
+    tokens = np.random.default_rng(3).integers(0, 30, (4, 16)).astype(np.int32)
+    quantized = kiln.quantize(model, tokens, target=VNNI)
+    assert {r.kind for r in quantized.report} == {"int8"}  # out_proj, the feed-forward layers, the head
+    predictor = Predictor(kiln.export(quantized, tokens[:1], tmp_path / "lm.so"))
+    want = quantized(kiln.Tensor(tokens[:3])).numpy()
+    np.testing.assert_allclose(predictor(tokens[:3]), want, rtol=1e-4, atol=1e-4)
+    floats = model(kiln.Tensor(tokens[:3])).numpy().ravel()
+    assert want.ravel() @ floats / np.linalg.norm(want) / np.linalg.norm(floats) > 0.99
