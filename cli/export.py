@@ -16,7 +16,6 @@ import dataclasses
 import json
 
 from ..errors import DataError, FrontendError
-from ..nn.observers import OBSERVERS
 from .args import add_records_argument, apply_records_arg
 
 
@@ -35,8 +34,8 @@ def register(subparsers) -> None:
     parser.add_argument("--calibration", metavar="FILE.npy",
                         help="with --int8: representative inputs (N, ...) as a .npy or a .npz of one array, run in "
                              "batches of 32 to choose each layer's input range")
-    parser.add_argument("--observer", choices=OBSERVERS, default="minmax",
-                        help="with --int8: how an input range is chosen (default minmax)")
+    parser.add_argument("--observer", default="minmax", metavar="minmax|percentile|entropy",
+                        help="with --int8: how an input range is chosen (default minmax; kiln.quantize checks it)")
     parser.add_argument("--json", action="store_true",
                         help="print one JSON object (path, model, inputs) instead of a sentence")
     add_records_argument(parser)  # the tuned batch sizes get entries of their own (kiln.export's batches)

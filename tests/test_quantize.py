@@ -134,7 +134,8 @@ def test_kiln_export_int8_of_a_trained_mlp_keeps_its_test_error(tmp_path, capsys
     errors = [float(np.mean(Predictor(so)(test_x.astype(np.float32)).argmax(1) != test_y)) for so in (float_so, int8_so)]
     assert abs(errors[1] - errors[0]) <= 0.005, errors  # within half a point of the float model's test error
     for argv, needle in [(["--int8"], "needs --calibration"), (["--calibration", str(calib)], "applies with --int8"),
-                         (["--int8", "--calibration", str(tmp_path / "none.npy")], "cannot read")]:
+                         (["--int8", "--calibration", str(tmp_path / "none.npy")], "cannot read"),
+                         (["--int8", "--calibration", str(calib), "--observer", "mse"], "expected one of minmax")]:
         assert main(["export", str(ckpt), "--out", str(tmp_path / "x.so"), *argv]) == 2
         assert needle in capsys.readouterr().err
 
