@@ -46,19 +46,25 @@ _QUANT_ATTRS = {"scale": A.Attr(A.positive_float, doc="the real value of one qua
                 "dtype": A.Attr(A.one_of(*QUANTIZED), default="uint8", doc="the quantized dtype")}
 
 
-@register
-class Quantize(Op):
-    """``clamp(round(x / scale) + zero_point)`` in ``dtype`` (ties to even, as
-    ONNX; infinities saturate, NaN gives the zero point)."""
+class _Conversion(Op):
+    """An elementwise change between float and quantized values: the shape
+    kept, the zero point checked against the quantized dtype."""
 
-    name = "quantize"
     differentiable = False
-    dtypes = FLOATS
     attrs = _QUANT_ATTRS
 
     def infer_shape(self, x, **attrs):
         _zero_point(self.name, attrs)
         return x
+
+
+@register
+class Quantize(_Conversion):
+    """``clamp(round(x / scale) + zero_point)`` in ``dtype`` (ties to even, as
+    ONNX; infinities saturate, NaN gives the zero point)."""
+
+    name = "quantize"
+    dtypes = FLOATS
 
     def infer_dtype(self, x, scale, zero_point, dtype):
         return dtype
@@ -82,17 +88,11 @@ class Quantize(Op):
 
 
 @register
-class Dequantize(Op):
+class Dequantize(_Conversion):
     """``(x - zero_point) * scale`` as float32 (``quantize``'s inverse up to rounding)."""
 
     name = "dequantize"
-    differentiable = False
     dtypes = QUANTIZED
-    attrs = _QUANT_ATTRS
-
-    def infer_shape(self, x, **attrs):
-        _zero_point(self.name, attrs)
-        return x
 
     def infer_dtype(self, x, scale, zero_point, dtype):
         return "float32"
