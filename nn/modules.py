@@ -60,14 +60,16 @@ class Linear(Module):
         return {"weight": TRANSPOSED}
 
     def forward(self, x):
-        """(..., in_features) -> (..., out_features)."""
-        if self.bias is not None and x.ndim == 2:
-            return call("dense", x, self.weight, self.bias)
-        if self.bias is not None and x.ndim > 2 and all(isinstance(d, int) for d in x.shape):
-            rows = call("dense", x.reshape((-1, self.in_features)), self.weight, self.bias)  # one packed kernel
-            return rows.reshape((*x.shape[:-1], self.out_features))
-        y = x @ self.weight
-        return y + self.bias if self.bias is not None else y
+        """(..., in_features) -> (..., out_features): one packed product of the rows."""
+        if x.ndim < 2:
+            y = x @ self.weight
+            return y + self.bias if self.bias is not None else y
+        count = 1
+        for d in x.shape[:-1]:  # the rows, symbolic in a trace with a dynamic batch or length
+            count = count * d
+        rows = x if x.ndim == 2 else x.reshape((count, self.in_features))
+        y = call("dense", rows, self.weight, self.bias) if self.bias is not None else rows @ self.weight
+        return y if x.ndim == 2 else y.reshape((*x.shape[:-1], self.out_features))
 
 
 class ReLU(Module):

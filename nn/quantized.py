@@ -1,12 +1,20 @@
 """Post-training quantization: ``kiln.quantize(model, calibration)`` returns a
-copy of the model whose dense layers (``Linear``) run in int8 — uint8
-activations per tensor (asymmetric, the range from an observer over the
-calibration batches: ``nn/observers.py``), int8 weights symmetric per output
-column (``per_channel``) or per tensor — as ``QuantizedLinear``: a
-``quantize`` kernel, then ``dense_int8`` with the dequantizing epilogue, float
-out. ``QuantizedModel.report`` says, per layer, what was quantized, its
-scales, and the error it adds on the first calibration batch. The model
-exports (``kiln.export``) like any other.
+copy of the model whose products with a weight run in int8 — every ``dense``
+(``Linear``, an imported ``MatMul``/``Gemm``) and 2-D ``matmul`` whose weight
+is a ``Parameter`` (``MultiheadAttention``'s ``in_proj_weight``), in a
+hand-written or an imported model alike. Activations are uint8 per tensor
+(asymmetric, the range from an observer over the calibration batches:
+``nn/observers.py``), weights int8 symmetric per output column
+(``per_channel``) or per tensor. Each product becomes a ``quantize`` kernel,
+then ``dense_int8`` with the dequantizing epilogue (bias and ReLU folded in),
+float out.
+
+The rewrite is made where ops are applied (``te.registry.intercept``): while
+calibrating, each product's input is observed, keyed by its weight; while
+the quantized model runs (eagerly or traced by ``kiln.export``), each
+product whose weight was quantized runs as its int8 kernels.
+``QuantizedModel.report`` says, per product, what was quantized, its scales,
+and the error it adds on the first calibration batch.
 """
 from __future__ import annotations
 
@@ -20,8 +28,8 @@ from ..errors import AttrError, DataError, ShapeError
 from ..runtime.device import as_target
 from ..te import call
 from ..te.quantize import pack_int8_weight
-from .module import Module
-from .modules import Linear
+from ..te.registry import intercept
+from .module import Module, Parameter
 from .observers import Observer, uint8_params
 from .tensor import Tensor, no_grad
 
@@ -29,36 +37,63 @@ from .tensor import Tensor, no_grad
 PANEL = 16
 
 
-class QuantizedLinear(Module):
-    """A ``Linear`` in int8: ``x`` quantized to uint8 (``in_scale``,
-    ``in_zero_point``), times the int8 weight (``weight``, in
-    ``pack_int8_weight``'s panels), the int32 sums times ``scale`` plus
-    ``offset`` per output column (float32)."""
+def _product(op, inputs, attrs):
+    """``(weight, x, bias, transposed)`` of a product with a weight that
+    ``kiln.quantize`` can take — a ``dense``, or a 2-D ``matmul`` with a
+    weight as ``b`` — else None. ``weight`` is a Parameter when the product
+    reads one as it is (else the value it reads)."""
+    if op.name == "dense":
+        x, w, b = inputs
+        transposed = False
+    elif op.name == "matmul" and len(inputs) == 2 and not attrs.get("transpose_a"):
+        (x, w), b = inputs, None
+        transposed = bool(attrs.get("transpose_b"))
+    else:
+        return None
+    if len(x.shape) != 2 or len(w.shape) != 2 or str(x.dtype) != "float32" or str(w.dtype) != "float32":
+        return None
+    return w, x, b, transposed
 
-    def __init__(self, layer: Linear, in_scale: float, in_zero_point: int, per_channel: bool = True):
-        w = layer.weight.numpy().astype(np.float64)
-        self.in_features, self.out_features = layer.in_features, layer.out_features
+
+class QuantizedProduct:
+    """One product in int8: ``x`` quantized to uint8 (``in_scale``,
+    ``in_zero_point``), times the int8 weight (in ``pack_int8_weight``'s
+    panels), the int32 sums times ``scale`` plus ``offset`` per output column
+    (float32; the bias is in ``offset``)."""
+
+    def __init__(self, weight: np.ndarray, bias, in_scale: float, in_zero_point: int, per_channel: bool = True):
+        w = np.asarray(weight, np.float64)
+        self.in_features, self.out_features = w.shape
         self.in_scale, self.in_zero_point = float(in_scale), int(in_zero_point)
         top = np.abs(w).max(axis=0) if per_channel else np.full(w.shape[1], np.abs(w).max())
         self.weight_scale = np.where(top > 0, top / 127.0, 1.0)
         wq = np.clip(np.rint(w / self.weight_scale), -127, 127).astype(np.int8)
-        bias = layer.bias.numpy().astype(np.float64) if layer.bias is not None else np.zeros(w.shape[1])
+        bias = np.zeros(w.shape[1]) if bias is None else np.asarray(bias, np.float64)
         step = self.in_scale * self.weight_scale
         self.weight = Tensor(pack_int8_weight(wq, PANEL))
         self.scale = Tensor(step.astype(np.float32))
         self.offset = Tensor((bias - step * self.in_zero_point * wq.astype(np.int64).sum(axis=0)).astype(np.float32))
 
-    def forward(self, x):
+    def __call__(self, x, relu: bool = False):
         if x.shape[-1] != self.in_features:
-            raise ShapeError(f"got input of shape {tuple(x.shape)}, expected (..., {self.in_features})",
-                             where="QuantizedLinear", arg="x")
-        count = 1
-        for d in x.shape[:-1]:  # the rows, symbolic in a trace with a dynamic batch
-            count = count * d
-        rows = x if x.ndim == 2 else x.reshape((count, self.in_features))
-        q = call("quantize", rows, scale=self.in_scale, zero_point=self.in_zero_point, dtype="uint8")
-        out = call("dense_int8", q, self.weight, self.scale, self.offset)
-        return out if x.ndim == 2 else out.reshape((*x.shape[:-1], self.out_features))
+            raise ShapeError(f"got input of shape {tuple(x.shape)}, expected (rows, {self.in_features})",
+                             where="kiln.quantize", arg="x")
+        q = call("quantize", x, scale=self.in_scale, zero_point=self.in_zero_point, dtype="uint8")
+        return call("dense_int8", q, self.weight, self.scale, self.offset, relu=relu)
+
+
+class _Site:
+    """A product met while calibrating: its weight, its name, what it reads."""
+
+    def __init__(self, weight, name: str, transposed: bool, bias, observer: str):
+        self.weight, self.name, self.transposed = weight, name, transposed
+        self.bias = None if bias is None else np.asarray(bias.numpy() if hasattr(bias, "numpy") else bias)
+        self.observer, self.first = Observer(observer, name), None
+
+    def matrix(self) -> np.ndarray:
+        """The weight as (K, N)."""
+        w = self.weight.numpy()
+        return w.T if self.transposed else w
 
 
 @dataclass
@@ -78,55 +113,41 @@ class LayerReport:
 
 
 class QuantizedModel(Module):
-    """The quantized copy: calls ``module`` (its float layers kept, its dense
-    layers ``QuantizedLinear``); ``report`` lists every dense layer."""
+    """The quantized copy: calls ``module`` with each quantized product's
+    weight answered by its int8 kernels; ``report`` lists every product."""
 
-    def __init__(self, module: Module, report: list):
+    def __init__(self, module: Module, products: list, report: list):
         self.module, self.report = module, report
+        self._products = products  # [(the weight Parameter, QuantizedProduct)]: a copy of the model keeps both
 
     def forward(self, *args, **kwargs):
-        return self.module(*args, **kwargs)
+        by_weight = {id(w): q for w, q in self._products}
+
+        def rewrite(op, inputs, attrs):
+            found = _product(op, inputs, attrs)
+            product = None if found is None else by_weight.get(id(found[0]))
+            return None if product is None else product(found[1], relu=bool(attrs.get("relu")))
+        with intercept(rewrite):
+            return self.module(*args, **kwargs)
 
     def summary(self) -> str:
         """The report as a table."""
-        lines = [f"{'layer':<24} {'kind':<6} {'in scale':>10} {'zp':>4} {'weight scales':>21} {'error':>9}"]
+        width = max([24] + [len(r.name) + 1 for r in self.report])
+        lines = [f"{'layer':<{width}} {'kind':<6} {'in scale':>10} {'zp':>4} {'weight scales':>21} {'error':>9}"]
         for r in self.report:
             if r.kind == "float":
-                lines.append(f"{r.name:<24} {'float':<6} ({r.why})")
+                lines.append(f"{r.name:<{width}} {'float':<6} ({r.why})")
                 continue
-            lines.append(f"{r.name:<24} {'int8':<6} {r.in_scale:>10.3g} {r.in_zero_point:>4} "
+            lines.append(f"{r.name:<{width}} {'int8':<6} {r.in_scale:>10.3g} {r.in_zero_point:>4} "
                          f"{r.weight_scales[0]:>10.3g}-{r.weight_scales[1]:<10.3g} {r.error:>9.2e}")
         return "\n".join(lines)
 
 
-def _dense_layers(model: Module) -> list[tuple[str, object, object, Linear]]:
-    """``(name, container, key, layer)`` for every ``Linear`` inside ``model``."""
-    found, seen = [], set()
-
-    def walk(value, prefix: str, container, key):
-        if isinstance(value, Linear):
-            found.append((prefix, container, key, value))
-        elif isinstance(value, Module) and id(value) not in seen:
-            seen.add(id(value))
-            for k, v in vars(value).items():
-                name = prefix if k in value._unprefixed else f"{prefix}.{k}".lstrip(".")
-                walk(v, name, value, k)
-        elif isinstance(value, list):
-            for i, v in enumerate(value):
-                walk(v, f"{prefix}.{i}".lstrip("."), value, i)
-        elif isinstance(value, dict):
-            for k, v in value.items():
-                walk(v, f"{prefix}.{k}".lstrip("."), value, k)
-
-    walk(model, "", None, None)
-    return found
-
-
-def _put(container, key, layer) -> None:
-    if isinstance(container, (list, dict)):
-        container[key] = layer
-    else:
-        setattr(container, key, layer)
+def _layer_names(model: Module) -> dict:
+    """``{id(parameter): name}``: a layer's weight named as the layer (``0``
+    for ``0.weight``), any other parameter by its own name."""
+    return {id(p): name[:-len(".weight")] if name.endswith(".weight") else name
+            for name, p in model.named_parameters()}
 
 
 def _batches(calibration, where: str) -> list:
@@ -150,16 +171,22 @@ def _batches(calibration, where: str) -> list:
 #: 0.62 ms int8 against 0.11 float; 1024 x 768 -> 768 43.7 against 8.3)
 NO_DOT = ("the target has no 8-bit dot-product instruction (AVX-512 VNNI): int8 would run about 5x slower "
           "than float there")
+#: why a product whose weight is computed (a transpose of a parameter inside the graph, an activation) stays float
+COMPUTED = "its weight is computed in the graph, not a parameter read as it is"
 
 
 def quantize(model: Module, calibration, per_channel: bool = True, observer: str = "minmax",
              skip=(), target=None) -> QuantizedModel:
-    """A copy of ``model`` (in eval mode) whose ``Linear`` layers run in int8.
+    """A copy of ``model`` (in eval mode) whose products with a weight run in int8.
+
+    Every ``dense`` (``Linear``; an imported ``MatMul`` or ``Gemm``) and 2-D
+    ``matmul`` that reads a ``Parameter`` as its weight is quantized; the
+    report names it after its layer (``0`` for ``0.weight``) or its weight.
 
     Parameters
     ----------
     calibration : array, or a list of input batches (arrays, or tuples of the forward's arguments)
-        Representative inputs: each dense layer's input range is observed on them.
+        Representative inputs: each product's input range is observed on them.
     per_channel : bool
         One weight scale per output column (else one per layer).
     observer : "minmax", "percentile" or "entropy"
@@ -170,73 +197,79 @@ def quantize(model: Module, calibration, per_channel: bool = True, observer: str
 
     Raises ``DataError`` for calibration data that is empty, holds NaN or
     infinity, or does not fit the model (its error named), ``AttrError`` for
-    an unknown observer or layer name and for a model with no dense layer.
+    an unknown observer or layer name and for a model with no product to
+    quantize.
     """
     where = "kiln.quantize"
     Observer(observer, "")  # an unknown observer is refused before any work
     batches = _batches(calibration, where)
     work = copy.deepcopy(model)
     work.eval()
-    layers = _dense_layers(work)
-    if not layers:
-        raise AttrError(f"{type(model).__name__} has no dense layer (Linear) to quantize", where=where, arg="model")
-    names = [name for name, *_ in layers]
+    sites, computed = _calibrate(work, batches, observer, where)
+    if not sites:
+        raise AttrError(f"{type(model).__name__} has no dense layer or product with a weight parameter to "
+                        "quantize", where=where, arg="model")
+    names = [site.name for site in sites]
     skipped = {names[0] if s == "first" else names[-1] if s == "last" else s for s in skip}
     unknown = sorted(skipped - set(names))
     if unknown:
         raise AttrError(f"got {', '.join(unknown)}, expected layer names among {', '.join(names)} (or 'first', "
                         "'last')", where=where, arg="skip")
-    observers, firsts = _calibrate(work, layers, batches, observer, where)
     dot = "avx512vnni" in as_target(target).isa
     if not dot:
         warnings.warn(f"kiln.quantize: {NO_DOT}; every layer stays float", RuntimeWarning, stacklevel=2)
-    report = []
-    for name, container, key, layer in layers:
-        if name in skipped or not dot:
-            report.append(LayerReport(name, "float", "skipped" if name in skipped else NO_DOT))
+    report, products = [], []
+    for site in sites:
+        if site.name in skipped or not dot:
+            report.append(LayerReport(site.name, "float", "skipped" if site.name in skipped else NO_DOT))
             continue
-        qscale, zero = uint8_params(*observers[name].range())
-        quantized = QuantizedLinear(layer, qscale, zero, per_channel)
+        qscale, zero = uint8_params(*site.observer.range())
+        w = site.matrix()
+        product = QuantizedProduct(w, site.bias, qscale, zero, per_channel)
+        x = site.first
+        want = x.astype(np.float64) @ w + (0.0 if site.bias is None else site.bias)
         with no_grad():
-            x = Tensor(firsts[name])
-            want, got = layer(x).numpy(), quantized(x).numpy()
+            got = product(Tensor(x)).numpy()
         error = float(np.linalg.norm(got - want) / max(np.linalg.norm(want), 1e-30))
-        scales = quantized.weight_scale
-        report.append(LayerReport(name, "int8", "", qscale, zero, (float(scales.min()), float(scales.max())), error))
-        _put(container, key, quantized)
-    return QuantizedModel(work, report)
+        scales = product.weight_scale
+        report.append(LayerReport(site.name, "int8", "", qscale, zero, (float(scales.min()), float(scales.max())),
+                                  error))
+        products.append((site.weight, product))
+    report += [LayerReport(name, "float", COMPUTED) for name in computed]
+    return QuantizedModel(work, products, report)
 
 
-def _calibrate(model, layers, batches, observer: str, where: str) -> tuple[dict, dict]:
-    """Run the batches through ``model``, observing each dense layer's input:
-    ``({name: Observer}, {name: its input on the first batch})``."""
-    observers = {name: Observer(observer, name) for name, *_ in layers}
-    firsts: dict = {}
-    originals = []
-    for name, _, _, layer in layers:
-        forward = layer.forward
+def _calibrate(model, batches, observer: str, where: str) -> tuple[list, list]:
+    """Run the batches through ``model``, observing the input of each product
+    with a weight parameter: ``([_Site] in the order first met, [names of the
+    products whose weight is computed])``."""
+    names, sites, computed = _layer_names(model), {}, []
 
-        def observed(x, forward=forward, name=name):
-            values = x.numpy()
-            observers[name].add(values)
-            firsts.setdefault(name, values)
-            return forward(x)
-        originals.append(layer)
-        layer.forward = observed
-    try:
-        with no_grad():
-            for batch in batches:
-                try:
-                    model(*(Tensor(a) for a in batch))
-                except (ShapeError, TypeError) as exc:
-                    shapes = ", ".join(str(a.shape) for a in batch)
-                    raise DataError(f"the model does not take a calibration batch of shape {shapes}: {exc}",
-                                    where=where, arg="calibration") from exc
-    finally:
-        for layer in originals:
-            del layer.forward
-    missing = [name for name in observers if not observers[name].count]
-    if missing:
-        raise DataError(f"layer(s) {', '.join(missing)} never ran on the calibration data", where=where,
-                        arg="calibration")
-    return observers, firsts
+    def observe(op, inputs, attrs):
+        found = _product(op, inputs, attrs)
+        if found is None:
+            return None
+        weight, x, bias, transposed = found
+        if not isinstance(weight, Parameter) or id(weight) not in names:
+            if first_batch:
+                computed.append(f"{op.name} #{len(computed) + 1} ({x.shape[-1]} -> "
+                                f"{weight.shape[0 if transposed else 1]})")
+            return None
+        site = sites.get(id(weight))
+        if site is None:
+            site = sites[id(weight)] = _Site(weight, names[id(weight)], transposed, bias, observer)
+        values = x.numpy()
+        site.observer.add(values)
+        if site.first is None:
+            site.first = values
+        return None
+    with no_grad(), intercept(observe):
+        for k, batch in enumerate(batches):
+            first_batch = k == 0
+            try:
+                model(*(Tensor(a) for a in batch))
+            except (ShapeError, TypeError) as exc:
+                shapes = ", ".join(str(a.shape) for a in batch)
+                raise DataError(f"the model does not take a calibration batch of shape {shapes}: {exc}",
+                                where=where, arg="calibration") from exc
+    return list(sites.values()), computed

@@ -20,6 +20,7 @@ that name) and tag it with the op's ``family``.
 """
 from __future__ import annotations
 
+import contextvars
 from types import MappingProxyType
 from typing import Any, Mapping, Sequence
 
@@ -263,6 +264,28 @@ def list_ops() -> list[str]:
     return sorted(_REGISTRY)
 
 
+#: a function that may answer an op's application in its place: ``hook(op, inputs, attrs)`` returns the
+#: value, or None to apply the op as declared (``kiln.quantize`` observes and rewrites products through it;
+#: ``intercept`` sets it for a block)
+_INTERCEPT: contextvars.ContextVar = contextvars.ContextVar("kiln_intercept", default=None)
+
+
+class intercept:
+    """``with intercept(hook):`` every ``call`` in the block is offered to
+    ``hook(op, inputs, attrs)`` first (its own calls included: it answers
+    None for those it leaves alone)."""
+
+    def __init__(self, hook):
+        self.hook, self._token = hook, None
+
+    def __enter__(self):
+        self._token = _INTERCEPT.set(self.hook)
+        return self
+
+    def __exit__(self, *exc):
+        _INTERCEPT.reset(self._token)
+
+
 def call(name: str, *inputs, **attrs):
     """Apply the registered op ``name`` to values of an evaluation backend.
 
@@ -282,6 +305,11 @@ def call(name: str, *inputs, **attrs):
             backend = kind
     if backend is None:
         raise ShapeError("no input is a kiln value (a Tensor)", op=name, arg="inputs")
+    hook = _INTERCEPT.get()
+    if hook is not None:
+        out = hook(op, inputs, attrs)
+        if out is not None:
+            return out
     return backend._kiln_apply(op, inputs, attrs)
 
 
