@@ -38,10 +38,9 @@ PANEL = 16
 
 
 def _product(op, inputs, attrs):
-    """``(weight, x, bias, transposed)`` of a product with a weight that
-    ``kiln.quantize`` can take — a ``dense``, or a 2-D ``matmul`` with a
-    weight as ``b`` — else None. ``weight`` is a Parameter when the product
-    reads one as it is (else the value it reads)."""
+    """``(weight, x, bias, transposed)`` of a product that ``kiln.quantize``
+    can take — a ``dense``, or a 2-D ``matmul`` with a weight as ``b`` — else
+    None (``weight`` is the value it reads, a Parameter or not)."""
     if op.name == "dense":
         x, w, b = inputs
         transposed = False
@@ -53,6 +52,31 @@ def _product(op, inputs, attrs):
     if len(x.shape) != 2 or len(w.shape) != 2 or str(x.dtype) != "float32" or str(w.dtype) != "float32":
         return None
     return w, x, b, transposed
+
+
+class _Weights:
+    """Which values a product reads are weight parameters: a Parameter read
+    as it is, or its transpose made in the graph (an imported ``Gemm`` with
+    ``transB``), kept for one run of the model."""
+
+    def __init__(self):
+        self._transposes: dict = {}  # id(transposed value) -> (the value, kept so its id stays its own; Parameter)
+
+    def transpose(self, op, inputs, attrs):
+        """A 2-D Parameter's transpose, applied here and remembered; None for any other op."""
+        if op.name != "transpose" or not isinstance(inputs[0], Parameter) or len(inputs[0].shape) != 2:
+            return None
+        with intercept(None):
+            out = call("transpose", *inputs, **attrs)
+        self._transposes[id(out)] = (out, inputs[0])
+        return out
+
+    def resolve(self, w, transposed: bool):
+        """``(Parameter, transposed)`` for a weight value, or None."""
+        kept = self._transposes.get(id(w))
+        if kept is not None:
+            return kept[1], not transposed
+        return (w, transposed) if isinstance(w, Parameter) else None
 
 
 class QuantizedProduct:
@@ -118,14 +142,18 @@ class QuantizedModel(Module):
 
     def __init__(self, module: Module, products: list, report: list):
         self.module, self.report = module, report
-        self._products = products  # [(the weight Parameter, QuantizedProduct)]: a copy of the model keeps both
+        self._products = products  # [(weight Parameter, read transposed, QuantizedProduct)]: a copy keeps all
 
     def forward(self, *args, **kwargs):
-        by_weight = {id(w): q for w, q in self._products}
+        by_weight, weights = {(id(w), t): q for w, t, q in self._products}, _Weights()
 
         def rewrite(op, inputs, attrs):
+            out = weights.transpose(op, inputs, attrs)
+            if out is not None:
+                return out
             found = _product(op, inputs, attrs)
-            product = None if found is None else by_weight.get(id(found[0]))
+            param = None if found is None else weights.resolve(found[0], found[3])
+            product = None if param is None else by_weight.get((id(param[0]), param[1]))
             return None if product is None else product(found[1], relu=bool(attrs.get("relu")))
         with intercept(rewrite):
             return self.module(*args, **kwargs)
@@ -234,7 +262,7 @@ def quantize(model: Module, calibration, per_channel: bool = True, observer: str
         scales = product.weight_scale
         report.append(LayerReport(site.name, "int8", "", qscale, zero, (float(scales.min()), float(scales.max())),
                                   error))
-        products.append((site.weight, product))
+        products.append((site.weight, site.transposed, product))
     report += [LayerReport(name, "float", COMPUTED) for name in computed]
     return QuantizedModel(work, products, report)
 
@@ -246,18 +274,22 @@ def _calibrate(model, batches, observer: str, where: str) -> tuple[list, list]:
     names, sites, computed = _layer_names(model), {}, []
 
     def observe(op, inputs, attrs):
+        out = weights.transpose(op, inputs, attrs)
+        if out is not None:
+            return out
         found = _product(op, inputs, attrs)
         if found is None:
             return None
-        weight, x, bias, transposed = found
-        if not isinstance(weight, Parameter) or id(weight) not in names:
+        w, x, bias, transposed = found
+        param = weights.resolve(w, transposed)
+        if param is None or id(param[0]) not in names:
             if first_batch:
-                computed.append(f"{op.name} #{len(computed) + 1} ({x.shape[-1]} -> "
-                                f"{weight.shape[0 if transposed else 1]})")
+                computed.append(f"{op.name} #{len(computed) + 1} ({x.shape[-1]} -> {w.shape[0 if transposed else 1]})")
             return None
-        site = sites.get(id(weight))
+        key = (id(param[0]), param[1])
+        site = sites.get(key)
         if site is None:
-            site = sites[id(weight)] = _Site(weight, names[id(weight)], transposed, bias, observer)
+            site = sites[key] = _Site(param[0], names[key[0]], param[1], bias, observer)
         values = x.numpy()
         site.observer.add(values)
         if site.first is None:
@@ -265,7 +297,7 @@ def _calibrate(model, batches, observer: str, where: str) -> tuple[list, list]:
         return None
     with no_grad(), intercept(observe):
         for k, batch in enumerate(batches):
-            first_batch = k == 0
+            first_batch, weights = k == 0, _Weights()
             try:
                 model(*(Tensor(a) for a in batch))
             except (ShapeError, TypeError) as exc:

@@ -121,6 +121,7 @@ class Tensor(ValueOps):
     # -- applying ops -------------------------------------------------------------
     @classmethod
     def _kiln_apply(cls, op, inputs, attrs, out: "list | None" = None):
+        cls = Tensor  # an op's result is a plain Tensor, whatever its first input (a Parameter) was
         # the path of every eager op: after the first call of a signature, dict lookups and the launch
         # one pass over the inputs (a comprehension each costs a frame of its own)
         tensors, shapes, dtypes, ins, reads, grads = [], [], [], [], [], False
