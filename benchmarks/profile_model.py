@@ -31,7 +31,7 @@ def profile(name: str, batch: int, folder: str):
     torch.manual_seed(0)
     model, (kind, size) = models.MODELS[name](False)
     vocab = model.model.config.vocab_size if kind != "image" else 0
-    example = models._inputs(kind, size, 1, vocab)
+    example = models.inputs(kind, size, 1, vocab)
     path = os.path.join(folder, "model.onnx")
     with torch.no_grad(), warnings.catch_warnings():
         warnings.simplefilter("ignore")  # the legacy exporter's notices
@@ -41,7 +41,7 @@ def profile(name: str, batch: int, folder: str):
     start = time.perf_counter()
     predictor = Predictor(kiln.export(from_onnx(path), example, os.path.join(folder, "model.so")))
     print(f"{name}: exported in {time.perf_counter() - start:.1f} s")
-    return predictor.profile(**models._inputs(kind, size, batch, vocab), repeat=20)
+    return predictor.profile(**models.inputs(kind, size, batch, vocab), repeat=20)
 
 
 def main() -> None:

@@ -13,14 +13,18 @@ def register(subparsers) -> None:
     parser = subparsers.add_parser(
         "bench", help="time an op's kernel against numpy, or run a benchmark suite (--suite)",
         description="`kiln bench OP --shape S`: one kernel against its numpy reference. "
-                    "`kiln bench --suite cpu|train|inference|models|all`: a suite against its references. "
+                    "`kiln bench --suite cpu|train|inference|models|int8|all`: a suite against its references "
+                    "(`--suite models --int8`: the models quantized, against ONNX Runtime's int8 and kiln's float). "
                     "ratio = kiln's speed / the reference's: above 1 kiln is faster.")
     add_op_arguments(parser, required=False)
     parser.add_argument("--repeat", type=positive_int, default=None,
                         help="interleaved timed samples of each side (default 10; 3 with --quick)")
     parser.add_argument("--json", action="store_true", help="print one JSON object")
     parser.add_argument("--suite", metavar="SUITES",
-                        help="run suites instead of one op: cpu, train, inference, models (comma-separated) or all")
+                        help="run suites instead of one op: cpu, train, inference, models, int8 (comma-separated) or all")
+    parser.add_argument("--int8", action="store_true",
+                        help="with --suite models: the models quantized (kiln.quantize) against ONNX Runtime's int8 "
+                             "models and kiln's float ones (the int8 suite)")
     parser.add_argument("--quick", action="store_true", help="suites: small sizes and 3 samples (a smoke test)")
     parser.add_argument("--markdown", metavar="FILE",
                         help="suites: also write the results as Markdown; {cpu} in FILE becomes the LLVM CPU "
@@ -42,7 +46,8 @@ def run(args) -> int:
     apply_records_arg(args)  # kiln.build, in the op and the suites alike, uses these tuned configs too
     if args.suite:
         return _run_suites(args)
-    suite_only = [f for f, v in (("--quick", args.quick), ("--markdown", args.markdown), ("--plot", args.plot)) if v]
+    suite_only = [f for f, v in (("--quick", args.quick), ("--markdown", args.markdown), ("--plot", args.plot),
+                                 ("--int8", args.int8)) if v]
     if suite_only:
         raise AttrError(f"{', '.join(suite_only)}: for --suite only, not for one op", arg=suite_only[0])
     if not args.op or not args.shape:
@@ -80,6 +85,10 @@ def _run_suites(args) -> int:
     from ..bench import report, suites
 
     names = suites.parse_suites(args.suite)
+    if args.int8:
+        if "models" not in names:
+            raise AttrError(f"applies to --suite models, got --suite {args.suite}", arg="--int8")
+        names = list(dict.fromkeys("int8" if n == "models" else n for n in names))
     if args.op or args.shape or args.target != "cpu":
         raise AttrError("the suites run on the CPU, without an op, --shape or --target", arg="--suite")
     markdown_path = _output_path(args.markdown, "--markdown") if args.markdown else None

@@ -166,6 +166,8 @@ def test_bench_op_reports_both_sides_spread_and_blas(capsys, monkeypatch):
     (["bench", "relu"], "--shape"),
     (["bench", "--suite", "gpu"], "cpu, train, inference"),
     (["bench", "relu", "--shape", "4", "--markdown", "x.md"], "--suite only"),
+    (["bench", "relu", "--shape", "4", "--int8"], "--suite only"),
+    (["bench", "--suite", "cpu", "--int8"], "applies to --suite models"),
 ])
 def test_bench_refuses_with_one_line(capsys, argv, needle):
     cli_error(capsys, argv, needle)
@@ -225,7 +227,7 @@ def test_every_suite_gives_valid_json_markdown_and_a_plot(capsys, monkeypatch, t
     head = res["header"]
     assert head["llvm_cpu"] == kiln.cpu().mcpu and head["isa"]["vector_bits"] == kiln.cpu().vector_bits
     assert head["fma_peak_gflops"] > 0 and head["triad_gbps"] > 0 and head["cores"] >= 1 and head["blas"]
-    assert set(res["suites"]) == {"cpu", "train", "inference", "models"}
+    assert set(res["suites"]) == {"cpu", "train", "inference", "models", "int8"}
     for name, rows in res["suites"].items():
         assert rows, name
         for row in rows:
@@ -236,6 +238,9 @@ def test_every_suite_gives_valid_json_markdown_and_a_plot(capsys, monkeypatch, t
             assert row["extra"]["max |kiln - PyTorch|"] < 1e-4
     for row in res["suites"]["models"]:  # run where the references are installed (the test extra), else a note
         assert row["note"] or (row["extra"]["max rel. diff"] < 1e-4 and row["extra"]["GFLOP"] > 0)
+    for row in res["suites"]["int8"]:  # the quantized model agrees with its float model and ONNX Runtime's int8 one
+        assert row["kiln"] is None or (row["extra"]["cosine to float"] > 0.99
+                                       and row["extra"]["cosine to ORT int8"] > 0.99)
     text = (tmp_path / f"{kiln.cpu().mcpu}.md").read_text()
     assert kiln.cpu().mcpu in text and "## train" in text and "| ratio |" in text
     assert png.read_bytes()[:4] == b"\x89PNG"

@@ -1,4 +1,4 @@
-"""The benchmark suites behind ``kiln bench --suite``: ``cpu``, ``train``, ``inference``, ``models``.
+"""The benchmark suites behind ``kiln bench --suite``: ``cpu``, ``train``, ``inference``, ``models``, ``int8``.
 
 ``run`` measures the machine's header once, starts the numpy reference
 process, imports PyTorch if it is installed (with kiln's thread count) and
@@ -18,7 +18,7 @@ from ..machine import header
 from ..reference import NumpyReference
 from ..timing import check_repeat
 
-SUITES = ("cpu", "train", "inference", "models")
+SUITES = ("cpu", "train", "inference", "models", "int8")
 REPEAT, QUICK_REPEAT = 10, 3
 
 

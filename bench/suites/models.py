@@ -67,41 +67,55 @@ MODELS = {
 QUICK = {"models": ("ResNet-18", "BERT-base"), "batches": (1,)}
 
 
-def _inputs(kind, size, batch: int, vocab: int) -> dict[str, np.ndarray]:
-    rng = np.random.default_rng(batch)
+def inputs(kind, size, batch: int, vocab: int, seed: int | None = None) -> dict[str, np.ndarray]:
+    """A batch of random images or token ids (seeded by the batch size unless ``seed`` is given)."""
+    rng = np.random.default_rng(batch if seed is None else seed)
     if kind == "image":
         return {"image": rng.standard_normal((batch,) + size, dtype=np.float32)}
     return {"input_ids": rng.integers(0, vocab, (batch, size), dtype=np.int64),
             "attention_mask": np.ones((batch, size), np.int64)}
 
 
-def _gflop(imported, arrays: dict) -> float:
+def gflop(imported, arrays: dict) -> float:
     """The model's floating-point work at these inputs, from kiln's own graph."""
     from ...graph.trace import trace
     graph = trace(imported, arrays, dynamic_batch=False)
     return sum(n.op.flops([v.shape for v in n.inputs], **n.attrs) for n in graph.nodes) / 1e9
 
 
-def _export(name: str, quick: bool, folder: str, threads: int):
-    """``(torch model, kind, size, vocab, Predictor, ONNX Runtime session, export seconds, imported model)``."""
-    import onnxruntime as ort
+def write_onnx(name: str, quick: bool, folder: str):
+    """``(torch model, kind, size, vocab, ONNX path, example inputs)``: the
+    model written by ``torch.onnx.export`` with a dynamic batch."""
     import torch
 
-    from ...frontend import from_onnx
-    from ...graph.export import export
-    from ...runtime import Predictor
     model, (kind, size) = MODELS[name](quick)
     vocab = getattr(getattr(model, "model", model), "config", None)
     vocab = vocab.vocab_size if vocab is not None else 0
-    example = _inputs(kind, size, 1, vocab)
+    example = inputs(kind, size, 1, vocab)
     path = os.path.join(folder, f"{len(os.listdir(folder))}.onnx")
     axes = {n: {0: "batch"} for n in example}
     with torch.no_grad():
         torch.onnx.export(model, tuple(torch.from_numpy(a) for a in example.values()), path, dynamo=False,
                           input_names=list(example), output_names=["out"], dynamic_axes=axes)
+    return model, kind, size, vocab, path, example
+
+
+def ort_session(path: str, threads: int):
+    """ONNX Runtime on ``path`` with ``threads`` intra-op threads."""
+    import onnxruntime as ort
+
     options = ort.SessionOptions()
     options.intra_op_num_threads, options.inter_op_num_threads = threads, 1
-    session = ort.InferenceSession(path, options, providers=["CPUExecutionProvider"])
+    return ort.InferenceSession(path, options, providers=["CPUExecutionProvider"])
+
+
+def _export(name: str, quick: bool, folder: str, threads: int):
+    """``(torch model, kind, size, vocab, Predictor, ONNX Runtime session, export seconds, imported model)``."""
+    from ...frontend import from_onnx
+    from ...graph.export import export
+    from ...runtime import Predictor
+    model, kind, size, vocab, path, example = write_onnx(name, quick, folder)
+    session = ort_session(path, threads)
     start = time.perf_counter()
     imported = from_onnx(path)
     predictor = Predictor(export(imported, example, path[:-5] + ".so"))
@@ -110,7 +124,7 @@ def _export(name: str, quick: bool, folder: str, threads: int):
 
 def _rows(name, batch, parts, torch, repeat, peak, quick) -> list[dict]:
     model, kind, size, vocab, predictor, session, export_s, imported = parts
-    arrays = _inputs(kind, size, batch, vocab)
+    arrays = inputs(kind, size, batch, vocab)
     tensors = tuple(torch.from_numpy(a) for a in arrays.values())
     compiled = torch.compile(model) if not quick else None
 
@@ -131,9 +145,9 @@ def _rows(name, batch, parts, torch, repeat, peak, quick) -> list[dict]:
         inductor()  # compiles for this batch before it is timed
         samplers["compiled"] = calls_sampler(inductor)
     sides = compare(samplers, repeat)
-    gflop = _gflop(imported, arrays)
-    gflops = gflop / sides["kiln"]["median_s"]
-    extra = {"export s": round(export_s, 1), "max rel. diff": error, "GFLOP": float(f"{gflop:.3g}"),
+    work = gflop(imported, arrays)
+    gflops = work / sides["kiln"]["median_s"]
+    extra = {"export s": round(export_s, 1), "max rel. diff": error, "GFLOP": float(f"{work:.3g}"),
              "GFLOPS": round(gflops, 1), "of peak": f"{100 * gflops / peak:.0f}%" if peak else None}
     workload = f"{name}, batch {batch}"
     return [make_row(workload, "ms", sides["kiln"], label, sides.get(key), TARGET, extra=extra,
