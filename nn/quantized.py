@@ -1,13 +1,13 @@
 """Post-training quantization: ``kiln.quantize(model, calibration)`` returns a
 copy of the model whose products with a weight run in int8 — every ``dense``
-(``Linear``, an imported ``MatMul``/``Gemm``) and 2-D ``matmul`` whose weight
-is a ``Parameter`` (``MultiheadAttention``'s ``in_proj_weight``), in a
-hand-written or an imported model alike. Activations are uint8 per tensor
-(asymmetric, the range from an observer over the calibration batches:
-``nn/observers.py``), weights int8 symmetric per output column
-(``per_channel``) or per tensor. Each product becomes a ``quantize`` kernel,
-then ``dense_int8`` with the dequantizing epilogue (bias and ReLU folded in),
-float out.
+(``Linear``, an imported ``MatMul``/``Gemm``), 2-D ``matmul`` whose weight is
+a ``Parameter`` (``MultiheadAttention``'s ``in_proj_weight``) and NCHW
+``conv2d`` of one group (``Conv``, an imported ``Conv``), in a hand-written
+or an imported model alike. Activations are uint8 per tensor (asymmetric,
+the range from an observer over the calibration batches:
+``nn/observers.py``), weights int8 symmetric per output channel
+(``per_channel``) or per tensor. What each product becomes is in
+``nn/quantized_ops.py``.
 
 The rewrite is made where ops are applied (``te.registry.intercept``): while
 calibrating, each product's input is observed, keyed by its weight; while
@@ -26,96 +26,23 @@ import numpy as np
 
 from ..errors import AttrError, DataError, ShapeError
 from ..runtime.device import as_target
-from ..te import call
-from ..te.quantize import pack_int8_weight
 from ..te.registry import intercept
-from .module import Module, Parameter
+from .module import Module
 from .observers import Observer, uint8_params
+from .quantized_ops import Found, Weights, find, float_output, quantized
 from .tensor import Tensor, no_grad
-
-#: output columns per weight panel (16 int32 lanes: one ``vpdpbusd``)
-PANEL = 16
-
-
-def _product(op, inputs, attrs):
-    """``(weight, x, bias, transposed)`` of a product that ``kiln.quantize``
-    can take — a ``dense``, or a 2-D ``matmul`` with a weight as ``b`` — else
-    None (``weight`` is the value it reads, a Parameter or not)."""
-    if op.name == "dense":
-        x, w, b = inputs
-        transposed = False
-    elif op.name == "matmul" and len(inputs) == 2 and not attrs.get("transpose_a"):
-        (x, w), b = inputs, None
-        transposed = bool(attrs.get("transpose_b"))
-    else:
-        return None
-    if len(x.shape) != 2 or len(w.shape) != 2 or str(x.dtype) != "float32" or str(w.dtype) != "float32":
-        return None
-    return w, x, b, transposed
-
-
-class _Weights:
-    """Which values a product reads are weight parameters: a Parameter read
-    as it is, or its transpose made in the graph (an imported ``Gemm`` with
-    ``transB``), kept for one run of the model."""
-
-    def __init__(self):
-        self._transposes: dict = {}  # id(transposed value) -> (the value, kept so its id stays its own; Parameter)
-
-    def transpose(self, op, inputs, attrs):
-        """A 2-D Parameter's transpose, applied here and remembered; None for any other op."""
-        if op.name != "transpose" or not isinstance(inputs[0], Parameter) or len(inputs[0].shape) != 2:
-            return None
-        with intercept(None):
-            out = call("transpose", *inputs, **attrs)
-        self._transposes[id(out)] = (out, inputs[0])
-        return out
-
-    def resolve(self, w, transposed: bool):
-        """``(Parameter, transposed)`` for a weight value, or None."""
-        kept = self._transposes.get(id(w))
-        if kept is not None:
-            return kept[1], not transposed
-        return (w, transposed) if isinstance(w, Parameter) else None
-
-
-class QuantizedProduct:
-    """One product in int8: ``x`` quantized to uint8 (``in_scale``,
-    ``in_zero_point``), times the int8 weight (in ``pack_int8_weight``'s
-    panels), the int32 sums times ``scale`` plus ``offset`` per output column
-    (float32; the bias is in ``offset``)."""
-
-    def __init__(self, weight: np.ndarray, bias, in_scale: float, in_zero_point: int, per_channel: bool = True):
-        w = np.asarray(weight, np.float64)
-        self.in_features, self.out_features = w.shape
-        self.in_scale, self.in_zero_point = float(in_scale), int(in_zero_point)
-        top = np.abs(w).max(axis=0) if per_channel else np.full(w.shape[1], np.abs(w).max())
-        self.weight_scale = np.where(top > 0, top / 127.0, 1.0)
-        wq = np.clip(np.rint(w / self.weight_scale), -127, 127).astype(np.int8)
-        bias = np.zeros(w.shape[1]) if bias is None else np.asarray(bias, np.float64)
-        step = self.in_scale * self.weight_scale
-        self.weight = Tensor(pack_int8_weight(wq, PANEL))
-        self.scale = Tensor(step.astype(np.float32))
-        self.offset = Tensor((bias - step * self.in_zero_point * wq.astype(np.int64).sum(axis=0)).astype(np.float32))
-
-    def __call__(self, x, relu: bool = False):
-        if x.shape[-1] != self.in_features:
-            raise ShapeError(f"got input of shape {tuple(x.shape)}, expected (rows, {self.in_features})",
-                             where="kiln.quantize", arg="x")
-        q = call("quantize", x, scale=self.in_scale, zero_point=self.in_zero_point, dtype="uint8")
-        return call("dense_int8", q, self.weight, self.scale, self.offset, relu=relu)
-
 
 class _Site:
     """A product met while calibrating: its weight, its name, what it reads."""
 
-    def __init__(self, weight, name: str, transposed: bool, bias, observer: str):
-        self.weight, self.name, self.transposed = weight, name, transposed
+    def __init__(self, weight, name: str, found: Found, transposed: bool, observer: str):
+        self.weight, self.name, self.transposed, self.window = weight, name, transposed, found.window
+        bias = found.bias
         self.bias = None if bias is None else np.asarray(bias.numpy() if hasattr(bias, "numpy") else bias)
         self.observer, self.first = Observer(observer, name), None
 
     def matrix(self) -> np.ndarray:
-        """The weight as (K, N)."""
+        """The weight as the product reads it: (K, N) for a dense product, OIHW for a conv."""
         w = self.weight.numpy()
         return w.T if self.transposed else w
 
@@ -145,16 +72,16 @@ class QuantizedModel(Module):
         self._products = products  # [(weight Parameter, read transposed, QuantizedProduct)]: a copy keeps all
 
     def forward(self, *args, **kwargs):
-        by_weight, weights = {(id(w), t): q for w, t, q in self._products}, _Weights()
+        by_weight, weights = {(id(w), t): q for w, t, q in self._products}, Weights()
 
         def rewrite(op, inputs, attrs):
             out = weights.transpose(op, inputs, attrs)
             if out is not None:
                 return out
-            found = _product(op, inputs, attrs)
-            param = None if found is None else weights.resolve(found[0], found[3])
+            found = find(op, inputs, attrs)
+            param = None if found is None else weights.resolve(found)
             product = None if param is None else by_weight.get((id(param[0]), param[1]))
-            return None if product is None else product(found[1], relu=bool(attrs.get("relu")))
+            return None if product is None else product(found.x, relu=bool(attrs.get("relu")))
         with intercept(rewrite):
             return self.module(*args, **kwargs)
 
@@ -253,9 +180,9 @@ def quantize(model: Module, calibration, per_channel: bool = True, observer: str
             continue
         qscale, zero = uint8_params(*site.observer.range())
         w = site.matrix()
-        product = QuantizedProduct(w, site.bias, qscale, zero, per_channel)
+        product = quantized(w, site.bias, site.window, qscale, zero, per_channel)
         x = site.first
-        want = x.astype(np.float64) @ w + (0.0 if site.bias is None else site.bias)
+        want = float_output(w, site.bias, site.window, x)
         with no_grad():
             got = product(Tensor(x)).numpy()
         error = float(np.linalg.norm(got - want) / max(np.linalg.norm(want), 1e-30))
@@ -277,27 +204,26 @@ def _calibrate(model, batches, observer: str, where: str) -> tuple[list, list]:
         out = weights.transpose(op, inputs, attrs)
         if out is not None:
             return out
-        found = _product(op, inputs, attrs)
+        found = find(op, inputs, attrs)
         if found is None:
             return None
-        w, x, bias, transposed = found
-        param = weights.resolve(w, transposed)
+        param = weights.resolve(found)
         if param is None or id(param[0]) not in names:
             if first_batch:
-                computed.append(f"{op.name} #{len(computed) + 1} ({x.shape[-1]} -> {w.shape[0 if transposed else 1]})")
+                computed.append(f"{op.name} #{len(computed) + 1} (weight {tuple(found.weight.shape)})")
             return None
         key = (id(param[0]), param[1])
         site = sites.get(key)
         if site is None:
-            site = sites[key] = _Site(param[0], names[key[0]], param[1], bias, observer)
-        values = x.numpy()
+            site = sites[key] = _Site(param[0], names[key[0]], found, param[1], observer)
+        values = found.x.numpy()
         site.observer.add(values)
         if site.first is None:
             site.first = values
         return None
     with no_grad(), intercept(observe):
         for k, batch in enumerate(batches):
-            first_batch, weights = k == 0, _Weights()
+            first_batch, weights = k == 0, Weights()
             try:
                 model(*(Tensor(a) for a in batch))
             except (ShapeError, TypeError) as exc:

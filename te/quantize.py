@@ -46,6 +46,23 @@ _QUANT_ATTRS = {"scale": A.Attr(A.positive_float, doc="the real value of one qua
                 "dtype": A.Attr(A.one_of(*QUANTIZED), default="uint8", doc="the quantized dtype")}
 
 
+def quantized(v, scale: float, zero_point: int, dtype: str):
+    """The expression ``quantize`` computes of one float value ``v``."""
+    low, high = _range(dtype)
+    dt = v.dtype
+    q = tirx.nearbyint(v / tirx.const(scale, dt)) + tirx.const(zero_point, dt)
+    q = tirx.Select(tirx.isnan(v), tirx.const(zero_point, dt), q)  # NaN stands for nothing: the zero point
+    return tirx.Cast(dtype, tirx.max(tirx.min(q, tirx.const(high, dt)), tirx.const(low, dt)))
+
+
+def quantized_ref(x: np.ndarray, scale: float, zero_point: int, dtype: str) -> np.ndarray:
+    """``quantize``'s numpy reference."""
+    low, high = _range(dtype)
+    with np.errstate(invalid="ignore"):
+        q = np.clip(np.rint(x / x.dtype.type(scale)) + zero_point, low, high)
+    return np.where(np.isnan(x), zero_point, q).astype(dtype)
+
+
 class _Conversion(Op):
     """An elementwise change between float and quantized values: the shape
     kept, the zero point checked against the quantized dtype."""
@@ -70,21 +87,11 @@ class Quantize(_Conversion):
         return dtype
 
     def compute(self, x, scale, zero_point, dtype):
-        low, high = _range(dtype)
-        dt = dtype_of(x)
-
-        def body(*i):
-            v = x(*i)
-            q = tirx.nearbyint(v / tirx.const(scale, dt)) + tirx.const(zero_point, dt)
-            q = tirx.Select(tirx.isnan(v), tirx.const(zero_point, dt), q)  # NaN stands for nothing: the zero point
-            return tirx.Cast(dtype, tirx.max(tirx.min(q, tirx.const(high, dt)), tirx.const(low, dt)))
-        return te.compute(x.shape, body, name=self.name, tag="injective")
+        return te.compute(x.shape, lambda *i: quantized(x[i], scale, zero_point, dtype), name=self.name,
+                          tag="injective")
 
     def reference(self, x, scale, zero_point, dtype):
-        low, high = _range(dtype)
-        with np.errstate(invalid="ignore"):
-            q = np.clip(np.rint(x / x.dtype.type(scale)) + zero_point, low, high)
-        return np.where(np.isnan(x), zero_point, q).astype(dtype)
+        return quantized_ref(x, scale, zero_point, dtype)
 
 
 @register

@@ -14,7 +14,7 @@ from kiln.te.registry import Op
 EXPECTED = {
     "commutative": {"add", "multiply", "maximum", "equal"},
     "view": {"reshape"},
-    "relu_attr": {"dense", "dense_packed", "dense_int8"},
+    "relu_attr": {"dense", "dense_packed", "dense_int8", "conv2d_int8"},
     "channel_blocked": {"conv2d_packed", "conv2d_winograd", "depthwise_conv2d_packed"},
     "pools_blocked": {"global_avg_pool2d"},
     "image_block_tasks": {"conv2d_winograd"},
@@ -27,7 +27,7 @@ EXPECTED = {
     "normalizes_rows": {"softmax"},
     "sums_operands": {"add"},
     # the ops of the families runtime.measure scored in GFLOPS (matmul, conv2d, conv2d_backward_weight)
-    "compute_bound": {"attention", "matmul", "dense", "dense_packed", "dense_int8", "conv2d", "conv2d_packed", "conv2d_backward_data",
+    "compute_bound": {"attention", "matmul", "dense", "dense_packed", "dense_int8", "conv2d_int8", "conv2d", "conv2d_packed", "conv2d_backward_data",
                       "conv2d_backward_weight"},
 }
 

@@ -37,8 +37,10 @@ LARGE = [
     ("batch_norm_train_grad", [(64, 64, 28, 28)] * 2 + [(64,)] * 3, {}),
     ("attention", [(1, 128, 12, 64)] * 3 + [(1, 1, 1, 128)], {"layout": "bshd"}),
     ("dense_int8", [(128, 784), (32, 196, 16, 4), (512,), (512,)], {}),
+    ("conv2d_int8", [(1, 64, 56, 56), (4, 3, 3, 16, 16, 4), (64,), (64,)], {"in_scale": 0.02, "padding": 1}),
 ]
-DTYPES = {"masked_select": ["float32", "bool"], "dense_int8": ["uint8", "int8", "float32", "float32"]}
+DTYPES = {"masked_select": ["float32", "bool"], "dense_int8": ["uint8", "int8", "float32", "float32"],
+          "conv2d_int8": ["float32", "int8", "float32", "float32"]}
 
 
 @pytest.mark.parametrize("op,shapes,attrs", LARGE, ids=lambda v: str(v) if isinstance(v, str) else None)

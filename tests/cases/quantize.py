@@ -1,10 +1,12 @@
-"""Quantized inference: quantize / dequantize, and dense_int8 on packed int8
+"""Quantized inference: quantize / dequantize, dense_int8 on packed int8
 weights (K in blocks of 4 or with a tail, N in whole panels or not, one row
-to a batch's worth)."""
+to a batch's worth), and conv2d_int8 (1x1, 3x3 and a 7x7 stem, strides 1 and
+2, channels in blocks of 4 or with a tail, output channels past a panel)."""
 import numpy as np
 
 from helpers import Case
 from kiln.te.quantize import pack_int8_weight
+from kiln.te.quantize_conv import pack_conv_int8_weight
 
 
 def _floats_and_ties(rng, shapes, dtypes):
@@ -29,6 +31,19 @@ def _dense_case(m, k, n, bn=16, **attrs):
     return Case("dense_int8", shapes, ["uint8", "int8", "float32", "float32"], attrs=attrs, make=_dense, grad=False)
 
 
+def _conv(rng, shapes, dtypes):
+    x, (panels, kh, kw, c4, bn, _), (k,), _ = shapes
+    w = pack_conv_int8_weight(rng.integers(-127, 128, (k, x[1], kh, kw)).astype(np.int8), bn)
+    return [rng.standard_normal(x).astype(np.float32), w, (rng.random(k) * 1e-3).astype(np.float32),
+            rng.standard_normal(k).astype(np.float32)]
+
+
+def _conv_case(x, k, kernel, bn=16, **attrs):
+    shapes = [x, (-(-k // bn), kernel, kernel, -(-x[1] // 4), bn, 4), (k,), (k,)]
+    attrs = {"in_scale": 0.02, "in_zero_point": 131, **attrs}
+    return Case("conv2d_int8", shapes, ["float32", "int8", "float32", "float32"], attrs=attrs, make=_conv, grad=False)
+
+
 CASES = [
     Case("quantize", [(4, 33)], attrs={"scale": 0.5, "zero_point": 128}, make=_floats_and_ties, grad=False),
     Case("quantize", [(2, 3, 5)], "float64", attrs={"scale": 0.1, "zero_point": -3, "dtype": "int8"},
@@ -41,4 +56,8 @@ CASES = [
     _dense_case(1, 100, 16),
     _dense_case(3, 30, 20),  # K in 7 blocks and a tail of 2
     _dense_case(12, 32, 24, bn=8),
+    _conv_case((1, 8, 9, 9), 16, 3, padding=(1, 1)),
+    _conv_case((2, 6, 10, 10), 20, 3, stride=(2, 2), padding=(1, 1), relu=True),  # 6 channels: a tail of 2
+    _conv_case((1, 32, 7, 7), 48, 1),
+    _conv_case((1, 3, 16, 16), 16, 7, stride=(2, 2), padding=(3, 3), in_zero_point=0),
 ]

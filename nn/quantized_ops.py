@@ -1,0 +1,154 @@
+"""The ops ``kiln.quantize`` rewrites, and what each becomes: the products
+with a weight parameter it finds (``find``: ``dense``, a 2-D ``matmul`` with
+a weight as ``b``, an NCHW ``conv2d`` of one group), which values are weight
+parameters (``Weights``), and their int8 replacements (``QuantizedDense``:
+``quantize`` then ``dense_int8``; ``QuantizedConv``: ``conv2d_int8``, which
+quantizes its input itself).
+
+Weights are int8, symmetric (zero point 0, -127..127) per output channel or
+per tensor; inputs uint8 with the scale and zero point an observer chose.
+With ``x ~ sx (xq - zx)`` and ``w[k] ~ sw[k] wq[k]``, a product's output
+channel ``k`` is ``sx sw[k] (sum xq wq[k]) - sx sw[k] zx sum(wq[k]) + b[k]``:
+the kernels take ``scale[k] = sx sw[k]`` and that ``offset[k]``.
+"""
+from __future__ import annotations
+
+from typing import NamedTuple
+
+import numpy as np
+
+from ..errors import KilnError
+from ..te import call, get_op
+from ..te.quantize import pack_int8_weight
+from ..te.quantize_conv import pack_conv_int8_weight
+from ..te.registry import intercept
+from .module import Parameter
+from .tensor import Tensor
+
+#: output channels per weight panel (16 int32 lanes: one ``vpdpbusd``)
+PANEL = 16
+
+
+class Found(NamedTuple):
+    """A product ``find`` can quantize: the weight value it reads, its input,
+    its bias (dense), whether it reads the weight transposed, and a conv's
+    ``stride`` and ``padding`` (None for a dense product)."""
+
+    weight: object
+    x: object
+    bias: object
+    transposed: bool
+    window: dict | None
+
+
+def find(op, inputs, attrs) -> Found | None:
+    """The product an op application is, if ``kiln.quantize`` can take it."""
+    window = None
+    if op.name == "dense":
+        x, w, b = inputs
+        transposed = False
+    elif op.name == "matmul" and len(inputs) == 2 and not attrs.get("transpose_a"):
+        (x, w), b = inputs, None
+        transposed = bool(attrs.get("transpose_b"))
+    elif op.name == "conv2d":
+        try:
+            parsed = op.parse_attrs(attrs)
+        except KilnError:
+            return None  # the op refuses them itself
+        if parsed["layout"] != "NCHW" or parsed["groups"] != 1 or tuple(parsed["dilation"]) != (1, 1):
+            return None
+        (x, w), b, transposed = inputs, None, False
+        window = {"stride": tuple(parsed["stride"]), "padding": tuple(parsed["padding"])}
+    else:
+        return None
+    rank = 2 if window is None else 4
+    if len(x.shape) != rank or len(w.shape) != rank or str(x.dtype) != "float32" or str(w.dtype) != "float32":
+        return None
+    return Found(w, x, b, transposed, window)
+
+
+class Weights:
+    """Which values a product reads are weight parameters: a Parameter read
+    as it is, or its transpose made in the graph (an imported ``Gemm`` with
+    ``transB``), kept for one run of the model."""
+
+    def __init__(self):
+        self._transposes: dict = {}  # id(transposed value) -> (the value, kept so its id stays its own; Parameter)
+
+    def transpose(self, op, inputs, attrs):
+        """A 2-D Parameter's transpose, applied here and remembered; None for any other op."""
+        if op.name != "transpose" or not isinstance(inputs[0], Parameter) or len(inputs[0].shape) != 2:
+            return None
+        with intercept(None):
+            out = call("transpose", *inputs, **attrs)
+        self._transposes[id(out)] = (out, inputs[0])
+        return out
+
+    def resolve(self, found: Found):
+        """``(Parameter, transposed)`` for the weight ``found`` reads, or None."""
+        kept = self._transposes.get(id(found.weight))
+        if kept is not None:
+            return kept[1], not found.transposed
+        return (found.weight, found.transposed) if isinstance(found.weight, Parameter) else None
+
+
+def _int8(w: np.ndarray, axis, per_channel: bool) -> tuple[np.ndarray, np.ndarray]:
+    """``(wq int8, scales)``: ``w`` symmetric, one scale per output channel
+    (the max over ``axis``) or one for all."""
+    top = np.abs(w).max(axis=axis) if per_channel else np.full(w.shape[0 if axis != 0 else 1], np.abs(w).max())
+    scales = np.where(top > 0, top / 127.0, 1.0)
+    shaped = scales if axis == 0 else scales.reshape((-1,) + (1,) * (w.ndim - 1))
+    return np.clip(np.rint(w / shaped), -127, 127).astype(np.int8), scales
+
+
+class QuantizedDense:
+    """A (K, N) product in int8: ``x`` quantized to uint8, times the int8
+    weight in ``pack_int8_weight``'s panels, the int32 sums times ``scale``
+    plus ``offset`` per output column (float32; the bias is in ``offset``)."""
+
+    def __init__(self, weight: np.ndarray, bias, in_scale: float, in_zero_point: int, per_channel: bool = True):
+        w = np.asarray(weight, np.float64)
+        self.in_scale, self.in_zero_point = float(in_scale), int(in_zero_point)
+        wq, self.weight_scale = _int8(w, 0, per_channel)
+        bias = np.zeros(w.shape[1]) if bias is None else np.asarray(bias, np.float64)
+        step = self.in_scale * self.weight_scale
+        self.weight = Tensor(pack_int8_weight(wq, PANEL))
+        self.scale = Tensor(step.astype(np.float32))
+        self.offset = Tensor((bias - step * self.in_zero_point * wq.astype(np.int64).sum(axis=0)).astype(np.float32))
+
+    def __call__(self, x, relu: bool = False):
+        q = call("quantize", x, scale=self.in_scale, zero_point=self.in_zero_point, dtype="uint8")
+        return call("dense_int8", q, self.weight, self.scale, self.offset, relu=relu)
+
+
+class QuantizedConv:
+    """An OIHW convolution in int8 (``conv2d_int8``: the input quantized
+    inside the op); per output channel ``scale`` and ``offset``."""
+
+    def __init__(self, weight: np.ndarray, in_scale: float, in_zero_point: int, per_channel: bool, window: dict):
+        w = np.asarray(weight, np.float64)
+        self.in_scale, self.in_zero_point, self.window = float(in_scale), int(in_zero_point), dict(window)
+        wq, self.weight_scale = _int8(w, (1, 2, 3), per_channel)
+        step = self.in_scale * self.weight_scale
+        self.weight = Tensor(pack_conv_int8_weight(wq, PANEL))
+        self.scale = Tensor(step.astype(np.float32))
+        self.offset = Tensor((-step * self.in_zero_point * wq.astype(np.int64).sum(axis=(1, 2, 3))).astype(np.float32))
+
+    def __call__(self, x, relu: bool = False):
+        return call("conv2d_int8", x, self.weight, self.scale, self.offset, in_scale=self.in_scale,
+                    in_zero_point=self.in_zero_point, relu=relu, **self.window)
+
+
+def quantized(weight: np.ndarray, bias, window, in_scale: float, in_zero_point: int, per_channel: bool):
+    """The int8 replacement of a product (``window`` None: dense, with ``weight`` as (K, N))."""
+    if window is None:
+        return QuantizedDense(weight, bias, in_scale, in_zero_point, per_channel)
+    return QuantizedConv(weight, in_scale, in_zero_point, per_channel, window)
+
+
+def float_output(weight: np.ndarray, bias, window, x: np.ndarray) -> np.ndarray:
+    """The float product's output on ``x`` (float64; the report's reference)."""
+    if window is None:
+        return x.astype(np.float64) @ weight + (0.0 if bias is None else bias)
+    return get_op("conv2d").reference(x.astype(np.float64), weight.astype(np.float64), layout="NCHW",
+                                      dilation=(1, 1), groups=1, **window)

@@ -1,0 +1,79 @@
+"""CPU template for ``conv2d_int8``: register tiles of int32 accumulators over
+output positions of one row and blocks of output channels, one ``vpdpbusd``
+per position, block and 4 input channels where the target has AVX-512 VNNI.
+
+The quantizing stage (``conv2d_int8_quantize``: the input as padded uint8
+(N, H, W, C)) runs first, parallel over its rows. A task then holds a tile of
+``tile_w`` adjacent output positions of one output row x ``tile_p`` blocks
+of ``bn`` output channels, and steps over the taps and the channels 4 at a
+time: 4 uint8 of a position broadcast, multiplied with each block's (bn, 4)
+int8 weights and summed into its lanes (``int8_intrin.VNNI_16x4``; without
+VNNI the same loops as vectorized int32 arithmetic, exact and slower). The
+tile's outputs (float32 NCHW: the sums times ``scale`` plus ``offset``) are
+written within the task.
+
+``tile_w``    output positions of the register tile: a divisor of the output
+              width, at most ``MAX_TILE_W``. Default: the most accumulators
+              (``tile_w x tile_p``, at most ``MAX_ACCUMULATORS``).
+``tile_p``    blocks of ``bn`` output channels: a divisor of the blocks, at
+              most ``MAX_TILE_P``.
+``parallel``  1 to run the tasks on the thread pool.
+"""
+from __future__ import annotations
+
+from ..config import Config
+from ..dispatch import NOT_APPLICABLE, NotApplicable, register_template
+from ..util import const_int, divisors
+from .int8_intrin import VNNI_16x4
+
+#: register tile bounds: 8 positions, 4 blocks, 24 of the 32 zmm registers as accumulators
+MAX_TILE_W, MAX_TILE_P, MAX_ACCUMULATORS = 8, 4, 24
+
+
+def default_tile(width: int, panels: int) -> tuple[int, int]:
+    """``(tile_w, tile_p)``: the most accumulators within the bounds, more blocks on a tie."""
+    pairs = [(w * p, p, w) for w in divisors(width) if w <= MAX_TILE_W
+             for p in divisors(panels) if p <= MAX_TILE_P and w * p <= MAX_ACCUMULATORS]
+    _, p, w = max(pairs)
+    return w, p
+
+
+@register_template("cpu", ops=("conv2d_int8",))
+def schedule_conv2d_int8(sch, block, cfg: Config) -> NotApplicable | None:
+    workload = cfg.workload
+    width, panels, bn = (const_int(d) for d in (workload.out_shapes[0][3], workload.shapes[1][0],
+                                                  workload.shapes[1][4]))
+    if width is None or panels is None:
+        return NOT_APPLICABLE
+    tw, tp = default_tile(width, panels)
+    tile_w = cfg.define_knob("tile_w", [d for d in divisors(width) if d <= MAX_TILE_W], default=tw)
+    tile_p = cfg.define_knob("tile_p", [d for d in divisors(panels) if d <= MAX_TILE_P], default=tp)
+    par = cfg.define_knob("parallel", (0, 1), default=1)
+
+    quant = sch.get_sblock("conv2d_int8_quantize")
+    b, y, *_ = sch.get_loops(quant)
+    rows = sch.fuse(b, y)
+    if par:
+        sch.parallel(rows)
+
+    acc = sch.get_sblock("conv2d_int8_acc")
+    b, y, z, p, j, ky, kx, c4, r = sch.get_loops(acc)
+    zo, zi = sch.split(z, [None, tile_w])
+    po, pi = sch.split(p, [None, tile_p])
+    sch.reorder(b, y, zo, po, ky, kx, c4, zi, pi, j, r)
+    task = sch.fuse(b, y, zo, po)
+    if par:
+        sch.parallel(task)
+    sch.reverse_compute_at(block, task)
+    vnni = "avx512vnni" in cfg.target.isa and bn == 16
+    if not vnni:  # before decompose_reduction (TVM rejects vectorizing under a reduction after it)
+        sch.reorder(r, j)
+        sch.unroll(r)
+        sch.vectorize(j)
+    init = sch.decompose_reduction(acc, ky)
+    sch.vectorize(sch.get_loops(init)[-1])
+    sch.unroll(zi)
+    sch.unroll(pi)
+    if vnni:
+        sch.tensorize(j, VNNI_16x4)
+    return None

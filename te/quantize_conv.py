@@ -1,0 +1,129 @@
+"""``conv2d_int8``: a convolution of a float NCHW input by an int8 weight,
+the input quantized to uint8 inside the op, the products summed in int32,
+the dequantizing epilogue fused, float32 NCHW out — the int8 counterpart of
+``conv2d`` that ``kiln.quantize`` puts in its place.
+
+Inside, three stages: ``conv2d_int8_quantize`` writes the input quantized
+(``in_scale``, ``in_zero_point``), padded with the zero point and laid out
+(N, H, W, C) with C rounded up to 4, so that the 4 channels one dot product
+reads are adjacent; ``conv2d_int8_acc`` sums, per output position and block
+of ``bn`` output channels, the products over the taps and channels;
+``conv2d_int8`` writes ``acc * scale[k] + offset[k]`` (ReLU optional) back in
+NCHW. The weight comes as ``pack_conv_int8_weight`` blocks (P, KH, KW, C4,
+bn, 4). Padding with the zero point makes a padded tap add ``zp * w``, which
+``offset`` (``b - s_x s_w zp sum(w)``, over every tap) takes away again: the
+padding stands for 0.0 exactly as ``conv2d``'s zeros do.
+"""
+from __future__ import annotations
+
+import numpy as np
+from tvm import te, tirx
+
+from ..errors import AttrError, ShapeError
+from . import attrs as A
+from . import nanmath
+from .conv import PADDING, STRIDE, _conv_nchw, window_out
+from .quantize import quantized, quantized_ref
+from .registry import Op, register
+from .shapes import shape_str, static
+
+
+def pack_conv_int8_weight(wq: np.ndarray, bn: int) -> np.ndarray:
+    """An int8 OIHW weight (K, C, KH, KW) as ``conv2d_int8``'s blocks
+    ``(ceil(K / bn), KH, KW, ceil(C / 4), bn, 4)``, zeros past K and C."""
+    k, c, kh, kw = wq.shape
+    c4, panels = -(-c // 4), -(-k // bn)
+    padded = np.zeros((panels * bn, c4 * 4, kh, kw), np.int8)
+    padded[:k, :c] = wq
+    return np.ascontiguousarray(padded.reshape(panels, bn, c4, 4, kh, kw).transpose(0, 4, 5, 2, 1, 3))
+
+
+@register
+class Conv2dInt8(Op):
+    """``relu?(float(conv(quantize(x), w)) * scale[k] + offset[k])``: x float32
+    NCHW (N, C, H, W), w int8 in ``pack_conv_int8_weight``'s blocks, ``scale``
+    and ``offset`` (K,) float32 per output channel."""
+
+    name = "conv2d_int8"
+    compute_bound = True
+    relu_attr = True
+    differentiable = False
+    arity = 4
+    family = "int8"  # its own template (schedules/cpu/int8_conv.py)
+    dtypes = ("float32", "int8")
+    attrs = {"in_scale": A.Attr(A.positive_float, doc="the input's quantization step"),
+             "in_zero_point": A.Attr(A.integer, default=0, doc="the uint8 that stands for 0.0 in the input"),
+             "stride": STRIDE, "padding": PADDING,
+             "relu": A.Attr(A.boolean, default=False, doc="apply relu after the epilogue")}
+
+    def check(self, shapes, dtypes=None, attrs=None):
+        workload = super().check(shapes, dtypes, attrs)
+        want = ("float32", "int8", "float32", "float32")
+        if tuple(workload.dtypes) != want:
+            raise AttrError(f"got dtypes {', '.join(workload.dtypes)}, expected {', '.join(want)} (x, w, scale, "
+                            "offset)", op=self.name, arg="dtypes")
+        return workload
+
+    def infer_shape(self, x, w, scale, offset, in_scale, in_zero_point, stride, padding, relu):
+        if not 0 <= in_zero_point <= 255:
+            raise AttrError(f"got {in_zero_point}, expected a uint8 (0..255)", op=self.name, arg="in_zero_point")
+        if len(x) != 4 or len(w) != 6 or len(scale) != 1 or len(offset) != 1:
+            raise ShapeError(f"got x {shape_str(x)}, w {shape_str(w)}, scale {shape_str(scale)}, offset "
+                             f"{shape_str(offset)}, expected (N, C, H, W), (P, KH, KW, C4, bn, 4), (K,), (K,)",
+                             op=self.name, arg="shapes")
+        c, (panels, kh, kw, c4, bn, four), k = static(x[1]), (static(d) for d in w), static(scale[0])
+        if four != 4 or not all(isinstance(v, int) for v in (c, c4, bn, k, panels, kh, kw)) or not (
+                4 * (c4 - 1) < c <= 4 * c4) or not (bn * (panels - 1) < k <= bn * panels) or k != static(offset[0]):
+            raise ShapeError(f"got x {shape_str(x)}, w {shape_str(w)}, scale {shape_str(scale)}, offset "
+                             f"{shape_str(offset)}: expected w to hold C = {c} in blocks of 4 and K = {k} in "
+                             "panels of bn (pack_conv_int8_weight), and one scale and offset per channel",
+                             op=self.name, arg="shapes")
+        oh = window_out(self.name, x[2], kh, stride[0], padding[0], 1)
+        ow = window_out(self.name, x[3], kw, stride[1], padding[1], 1)
+        return (x[0], scale[0], oh, ow)
+
+    def infer_dtype(self, *shapes, **attrs):
+        return "float32"
+
+    def compute(self, x, w, scale, offset, in_scale, in_zero_point, stride, padding, relu):
+        n, c, h, wd = x.shape
+        panels, kh, kw, c4, bn, _ = (static(d) for d in w.shape)
+        _, _, oh, ow = self.infer_shape(tuple(x.shape), tuple(w.shape), tuple(scale.shape), tuple(offset.shape),
+                                        in_scale, in_zero_point, stride, padding, relu)
+        (sh, sw), (ph, pw), zero = stride, padding, tirx.const(in_zero_point, "uint8")
+
+        def quantize(b, y, z, ch):
+            inside = tirx.all(y >= ph, y < h + ph, z >= pw, z < wd + pw, ch < c)
+            v = x[b, tirx.min(ch, c - 1), tirx.max(tirx.min(y - ph, h - 1), 0), tirx.max(tirx.min(z - pw, wd - 1), 0)]
+            return tirx.if_then_else(inside, quantized(v, in_scale, in_zero_point, "uint8"), zero)
+        xq = te.compute((n, h + 2 * ph, wd + 2 * pw, c4 * 4), quantize, name="conv2d_int8_quantize", tag="injective")
+        ry, rx = te.reduce_axis((0, kh), "ky"), te.reduce_axis((0, kw), "kx")
+        rc, rr = te.reduce_axis((0, c4), "c4"), te.reduce_axis((0, 4), "r")
+        acc = te.compute((n, oh, ow, panels, bn), lambda b, y, z, p, j: te.sum(
+            xq[b, y * sh + ry, z * sw + rx, rc * 4 + rr].astype("int32") * w[p, ry, rx, rc, j, rr].astype("int32"),
+            axis=[ry, rx, rc, rr]), name="conv2d_int8_acc", tag="conv2d")
+
+        def epilogue(b, k, y, z):
+            v = acc[b, y, z, k // bn, k % bn].astype("float32") * scale[k] + offset[k]
+            return nanmath.relu(v) if relu else v
+        return te.compute((n, scale.shape[0], oh, ow), epilogue, name=self.name, tag="conv2d")
+
+    def reference(self, x, w, scale, offset, in_scale, in_zero_point, stride, padding, relu):
+        panels, kh, kw, c4, bn, _ = w.shape
+        c, k = x.shape[1], scale.shape[0]
+        wq = w.transpose(0, 4, 3, 5, 1, 2).reshape(panels * bn, c4 * 4, kh, kw)[:k, :c].astype(np.float64)
+        xq = quantized_ref(x, in_scale, in_zero_point, "uint8").astype(np.float64)
+        (ph, pw) = padding
+        xq = np.pad(xq, ((0, 0), (0, 0), (ph, ph), (pw, pw)), constant_values=in_zero_point)
+        acc = _conv_nchw(xq, wq, stride, (0, 0), (1, 1), 1)  # integers below 2**53: exact in float64
+        out = (acc.astype(np.float32) * scale[:, None, None] + offset[:, None, None]).astype(np.float32)
+        return np.maximum(out, 0) if relu else out
+
+    def flops(self, shapes, **attrs):
+        x, w, scale, offset = shapes
+        out = self.infer_shape(x, w, scale, offset, **attrs)
+        dims = [static(d) for d in (*out, x[1], w[1], w[2])]
+        if not all(isinstance(d, int) for d in dims):
+            return 0.0
+        n, k, oh, ow, c, kh, kw = dims
+        return 2.0 * n * k * oh * ow * c * kh * kw

@@ -1,0 +1,69 @@
+"""int8 convolutions: ``conv2d_int8`` runs on ``vpdpbusd`` where the target
+has AVX-512 VNNI (read in the generated code, built for such a CPU whatever
+the host), serves a symbolic batch, and ``kiln.quantize`` turns a CNN's
+convolutions into it: reported, exported, close to the float model."""
+import re
+
+import numpy as np
+import pytest
+
+import kiln
+from kiln import nn
+from kiln.runtime import Predictor
+from kiln.runtime.device import cpu
+from kiln.te import get_op, sym
+from kiln.te.quantize_conv import pack_conv_int8_weight
+
+DTYPES = ["float32", "int8", "float32", "float32"]
+ATTRS = {"in_scale": 0.05, "in_zero_point": 120, "padding": (1, 1)}
+#: a CPU with AVX-512 VNNI: what kiln.quantize decides for (the kernels run on the host, exact either way)
+VNNI = cpu("znver4")
+
+
+def _args(rng, n, c, hw, k):
+    w = pack_conv_int8_weight(rng.integers(-127, 128, (k, c, 3, 3)).astype(np.int8), 16)
+    return [rng.standard_normal((n, c, hw, hw)).astype(np.float32), w, (rng.random(k) * 1e-3).astype(np.float32),
+            rng.standard_normal(k).astype(np.float32)]
+
+
+@pytest.mark.parametrize("mcpu", ["cascadelake", "znver4"])
+def test_conv2d_int8_is_vpdpbusd_on_a_vnni_cpu(mcpu):
+    shapes = [(1, 64, 14, 14), (4, 3, 3, 16, 16, 4), (64,), (64,)]
+    kernel = kiln.build("conv2d_int8", shapes, DTYPES, attrs=ATTRS, target=cpu(mcpu))
+    assert kernel.template == "int8_conv.schedule_conv2d_int8"
+    assert re.search(r"vpdpbusd\s+%zmm", kernel.assembly())
+
+
+def test_conv2d_int8_serves_a_symbolic_batch():
+    kernel = kiln.build("conv2d_int8", [(sym("n"), 8, 6, 6), (1, 3, 3, 2, 16, 4), (16,), (16,)], DTYPES,
+                        attrs=ATTRS)
+    rng = np.random.default_rng(0)
+    for n in (1, 3):
+        args = _args(rng, n, 8, 6, 16)
+        want = get_op("conv2d_int8").reference(*args, **get_op("conv2d_int8").parse_attrs(ATTRS))
+        np.testing.assert_allclose(kernel(*args), want, rtol=1e-5, atol=1e-3, err_msg=f"batch {n}")
+
+
+class _CNN(nn.Module):
+    def __init__(self):
+        self.stem = nn.Conv(3, 16, 3)
+        self.body = nn.Conv(16, 32, 3, stride=2)
+        self.head = nn.Linear(32 * 4 * 4, 10)
+
+    def forward(self, x):
+        h = self.body(self.stem(x).relu()).relu()
+        return self.head(h.reshape((h.shape[0], 32 * 4 * 4)))
+
+
+def test_a_cnns_convolutions_quantize_export_and_stay_close_to_float(tmp_path):
+    nn.init.manual_seed(0)
+    model, rng = _CNN().eval(), np.random.default_rng(1)
+    calibration = [rng.standard_normal((8, 3, 8, 8)).astype(np.float32) for _ in range(2)]
+    quantized = kiln.quantize(model, calibration, target=VNNI)
+    assert [(r.name, r.kind) for r in quantized.report] == [("stem", "int8"), ("body", "int8"), ("head", "int8")]
+    assert all(r.error < 0.03 for r in quantized.report)
+    x = rng.standard_normal((5, 3, 8, 8)).astype(np.float32)
+    eager, floats = quantized(kiln.Tensor(x)).numpy(), model(kiln.Tensor(x)).numpy()
+    assert eager.ravel() @ floats.ravel() / np.linalg.norm(eager) / np.linalg.norm(floats) > 0.995
+    predictor = Predictor(kiln.export(quantized, calibration[0][:1], tmp_path / "cnn.so"))
+    np.testing.assert_allclose(predictor(x), eager, rtol=1e-4, atol=1e-4)
