@@ -30,10 +30,12 @@ def register(subparsers) -> None:
                         help="an .onnx model's input shape, e.g. input_ids=Nx128 (repeated per input; N: any size): "
                              "needed for the dims the file leaves symbolic besides the batch, which stays dynamic")
     parser.add_argument("--int8", action="store_true",
-                        help="quantize the dense layers to int8 first (kiln.quantize), calibrated on --calibration")
+                        help="quantize the convolutions and dense layers to int8 first (kiln.quantize), calibrated "
+                             "on --calibration")
     parser.add_argument("--calibration", metavar="FILE.npy",
-                        help="with --int8: representative inputs (N, ...) as a .npy or a .npz of one array, run in "
-                             "batches of 32 to choose each layer's input range")
+                        help="with --int8: representative inputs (N, ...) as a .npy or a .npz of one array (a .npz "
+                             "with an array per input name for an .onnx model of several inputs), run in batches of "
+                             "32 to choose each layer's input range")
     parser.add_argument("--observer", default="minmax", metavar="minmax|percentile|entropy",
                         help="with --int8: how an input range is chosen (default minmax; kiln.quantize checks it)")
     parser.add_argument("--json", action="store_true",
@@ -48,9 +50,6 @@ def run(args) -> int:
     out = check_output_path(args.out, "--out")
     apply_records_arg(args)
     if args.checkpoint.lower().endswith(".onnx"):
-        if args.int8:
-            raise FrontendError("--int8 applies to a checkpoint: quantizing an imported model is not built yet",
-                                where="kiln export", arg="--int8")
         return _export_onnx(args, out)
     if args.input_shape:
         raise FrontendError("--input-shape applies to an .onnx model; a checkpoint's spec gives its input shape",
@@ -62,12 +61,8 @@ def run(args) -> int:
     model, spec = load_checkpoint(args.checkpoint)
     quantized = None
     if calibration is not None:
-        from ..nn.quantized import quantize
-
-        quantized = model = quantize(model, [calibration[i:i + 32] for i in range(0, len(calibration), 32)],
-                                     observer=args.observer)
-        if not args.json:
-            print(quantized.summary())
+        quantized = model = _quantize(model, [(calibration[i:i + 32],) for i in range(0, len(calibration), 32)],
+                                      args)
     dynamic = sequence_dynamic(spec)  # a transformer LM: any length up to its max_len
     path = export(model, example_input(spec, 1), out, dynamic_seq=dynamic)
     shape = [None, *spec["in_shape"]]
@@ -82,8 +77,10 @@ def run(args) -> int:
     return 0
 
 
-def _calibration(args):
-    """``--calibration``'s array (with ``--int8``), or None without ``--int8``."""
+def _calibration(args, names=None):
+    """``--calibration``'s array (with ``--int8``; ``{name: array}`` for
+    ``names``, an imported model's inputs, when there are several), or None
+    without ``--int8``."""
     if not args.int8:
         if args.calibration:
             raise DataError("--calibration applies with --int8", where="kiln export", arg="--calibration")
@@ -94,9 +91,21 @@ def _calibration(args):
     from .predict import read_input
 
     try:
-        return read_input(args.calibration)
+        if names is None or len(names) == 1:
+            return read_input(args.calibration, name=None if names is None else names[0])
+        return {name: read_input(args.calibration, name=name) for name in names}
     except DataError as exc:
         raise DataError(exc.message, where="kiln export", arg="--calibration") from exc
+
+
+def _quantize(model, batches: list, args):
+    """``kiln.quantize`` of ``model`` on ``batches``, its report printed unless ``--json``."""
+    from ..nn.quantized import quantize
+
+    quantized = quantize(model, batches, observer=args.observer)
+    if not args.json:
+        print(quantized.summary())
+    return quantized
 
 
 def parse_input_shapes(items: list[str]) -> dict:
@@ -143,11 +152,22 @@ def _export_onnx(args, out) -> int:
 
     model = from_onnx(args.checkpoint, parse_input_shapes(args.input_shape))
     example, dynamic = example_inputs(model)
-    path = export(model, example, out, dynamic_batch=dynamic)
+    quantized, names = None, [spec.name for spec in model.inputs]
+    calibration = _calibration(args, [spec.source for spec in model.inputs])
+    if calibration is not None:
+        arrays = [calibration] if not isinstance(calibration, dict) else [calibration[spec.source]
+                                                                          for spec in model.inputs]
+        if len({len(a) for a in arrays}) != 1:
+            raise DataError(f"the arrays for {', '.join(names)} hold different numbers of examples "
+                            f"({', '.join(str(len(a)) for a in arrays)})", where="kiln export", arg="--calibration")
+        quantized = _quantize(model, [tuple(a[i:i + 32] for a in arrays) for i in range(0, len(arrays[0]), 32)], args)
+    path = export(quantized or model, example, out, dynamic_batch=dynamic)
     inputs = {spec.name: [None if dynamic and i == 0 else int(d) for i, d in enumerate(example[spec.name].shape)]
               for spec in model.inputs}
     outputs = ["out"] if len(model.output_names) == 1 else model.output_names  # as Predictor names them
     info = {"path": str(path), "model": args.checkpoint, "inputs": inputs, "outputs": outputs}
+    if quantized is not None:
+        info["int8"] = [dataclasses.asdict(r) for r in quantized.report]
     shown = ", ".join(f"{name} ({', '.join('N' if d is None else str(d) for d in dims)})"
                       for name, dims in inputs.items())
     print(json.dumps(info) if args.json else f"exported {args.checkpoint} to {path} (inputs {shown})")

@@ -120,6 +120,12 @@ class QuantizedDense:
         q = call("quantize", x, scale=self.in_scale, zero_point=self.in_zero_point, dtype="uint8")
         return call("dense_int8", q, self.weight, self.scale, self.offset, relu=relu)
 
+    def reference(self, x: np.ndarray) -> np.ndarray:
+        """What the int8 kernels compute on ``x`` (their numpy references: no kernel is built)."""
+        q = get_op("quantize").reference(x, scale=self.in_scale, zero_point=self.in_zero_point, dtype="uint8")
+        return get_op("dense_int8").reference(q, self.weight.numpy(), self.scale.numpy(), self.offset.numpy(),
+                                              relu=False)
+
 
 class QuantizedConv:
     """An OIHW convolution in int8 (``conv2d_int8``: the input quantized
@@ -137,6 +143,12 @@ class QuantizedConv:
     def __call__(self, x, relu: bool = False):
         return call("conv2d_int8", x, self.weight, self.scale, self.offset, in_scale=self.in_scale,
                     in_zero_point=self.in_zero_point, relu=relu, **self.window)
+
+    def reference(self, x: np.ndarray) -> np.ndarray:
+        """What ``conv2d_int8`` computes on ``x`` (its numpy reference: no kernel is built)."""
+        return get_op("conv2d_int8").reference(x, self.weight.numpy(), self.scale.numpy(), self.offset.numpy(),
+                                               in_scale=self.in_scale, in_zero_point=self.in_zero_point, relu=False,
+                                               **self.window)
 
 
 def quantized(weight: np.ndarray, bias, window, in_scale: float, in_zero_point: int, per_channel: bool):

@@ -66,3 +66,25 @@ def test_a_torch_modules_linear_layers_quantize_under_their_state_dict_names():
     with torch.no_grad():
         want = module(example).numpy()
     assert _cosine(quantized(kiln.Tensor(example.numpy())).numpy(), want) > 0.999
+
+
+def test_kiln_export_int8_of_an_onnx_file(tmp_path, capsys):
+    import json
+
+    from kiln.cli import main
+    from kiln.runtime.device import host
+
+    rng = np.random.default_rng(4)
+    model, path, calib = _onnx_mlp(rng), tmp_path / "mlp.onnx", tmp_path / "calib.npy"
+    onnx.save(model, str(path))
+    np.save(calib, rng.standard_normal((64, 32)).astype(np.float32))
+    out = tmp_path / "q.so"
+    assert main(["export", str(path), "--out", str(out), "--int8", "--calibration", str(calib), "--json"]) == 0
+    report = json.loads(capsys.readouterr().out)["int8"]
+    kind = "int8" if "avx512vnni" in host().isa else "float"  # the host decides (kiln.quantize's target)
+    assert [(r["name"], r["kind"]) for r in report] == [("fc1", kind), ("head_w", kind)]
+    x = rng.standard_normal((6, 32)).astype(np.float32)
+    assert _cosine(Predictor(str(out))(x), from_onnx(model)(kiln.Tensor(x)).numpy()) > 0.999
+    np.save(calib, rng.standard_normal((8, 31)).astype(np.float32))
+    assert main(["export", str(path), "--out", str(out), "--int8", "--calibration", str(calib)]) == 2
+    assert "does not take a calibration batch" in capsys.readouterr().err

@@ -60,8 +60,8 @@ def schedule_conv2d_int8(sch, block, cfg: Config) -> NotApplicable | None:
     b, y, z, p, j, ky, kx, c4, r = sch.get_loops(acc)
     zo, zi = sch.split(z, [None, tile_w])
     po, pi = sch.split(p, [None, tile_p])
-    sch.reorder(b, y, zo, po, ky, kx, c4, zi, pi, j, r)
-    task = sch.fuse(b, y, zo, po)
+    sch.reorder(b, y, po, zo, ky, kx, c4, zi, pi, j, r)
+    task = sch.fuse(b, y, po)  # a whole output row per task: the write-back runs along it
     if par:
         sch.parallel(task)
     sch.reverse_compute_at(block, task)
