@@ -17,7 +17,9 @@ from pathlib import Path
 
 
 from ..errors import FrontendError
-from . import onnx_math, onnx_nn, onnx_shape  # noqa: F401 - register the converters
+from . import onnx_math, onnx_nn, onnx_quant, onnx_shape  # noqa: F401 - register the converters
+from .onnx_qdq import fuse_qdq, scale_inputs
+from .onnx_quant import FUSED
 from .onnx_table import CONVERTERS, Node
 from .program import ImportedModel, InputSpec, Step, parameter
 from .values import as_value, tensor_or_static, to_kiln_dtype
@@ -213,11 +215,14 @@ def from_onnx(model, input_shapes=None) -> ImportedModel:
     from onnx import numpy_helper
     initializers = {t.name: t for t in graph.initializer}
     stats = {n.input[i] for n in graph.node if n.op_type == "BatchNormalization" for i in (3, 4) if len(n.input) > i}
-    params, buffers, constants = {}, {}, {}
+    scales = scale_inputs(graph.node)  # quantization scales: constants, not weights
+    params, buffers, constants, arrays = {}, {}, {}, {}
     for name, tensor in initializers.items():
-        array = numpy_helper.to_array(tensor)
+        array = arrays[name] = numpy_helper.to_array(tensor)
         to_kiln_dtype(array.dtype, f"initializer {name!r}")
-        if array.dtype.kind == "f" and array.ndim > 0 and name in stats:
+        if name in scales:
+            constants[name] = array
+        elif array.dtype.kind == "f" and array.ndim > 0 and name in stats:
             buffers[name] = parameter(array, trained=False)
         elif array.dtype.kind == "f" and array.ndim > 0:
             params[name] = parameter(array)
@@ -226,9 +231,13 @@ def from_onnx(model, input_shapes=None) -> ImportedModel:
     inputs = _input_specs(graph, initializers, input_shapes)
     for out in graph.output:
         _value_dtype(out, "output")
+    nodes, fused, qdq = fuse_qdq(list(graph.node), arrays, [o.name for o in graph.output])
+    constants.update(fused)
     steps = []
-    for k, node in enumerate(graph.node):
+    for k, node in enumerate(nodes):
         info = Node(node.op_type, node.name or f"{node.op_type}_{k}", _attrs(node), opset, len(node.output))
-        steps.append(Step(functools.partial(_convert, CONVERTERS[node.op_type], info), node.input, node.output,
-                          info.name, node.op_type))
-    return ImportedModel(steps, inputs, [o.name for o in graph.output], params, buffers, constants, "onnx")
+        fn = FUSED[node.op_type] if node.domain == "kiln" else CONVERTERS[node.op_type]
+        steps.append(Step(functools.partial(_convert, fn, info), node.input, node.output, info.name, node.op_type))
+    model = ImportedModel(steps, inputs, [o.name for o in graph.output], params, buffers, constants, "onnx")
+    model.qdq = qdq
+    return model

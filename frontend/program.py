@@ -77,6 +77,10 @@ class ImportedModel(Module):
         The outputs' names in the source (the keys of a dict result).
     source : str
         ``"onnx"`` or ``"torch"``.
+    qdq : list of (node name, op type, "int8" or "float", why)
+        An ONNX QDQ model's quantized products: fused into kiln's int8
+        kernels, or left on the dequantized float path and why
+        (``frontend/onnx_qdq.py``); empty for other models.
     """
 
     _unprefixed = ("params", "buffers")
@@ -89,6 +93,7 @@ class ImportedModel(Module):
         self.inputs = list(inputs)
         self.output_names = list(output_names)
         self.source = source
+        self.qdq: list = []  # an ONNX QDQ model's products: (node, op type, "int8" or "float", why)
         self._plan_frees()
         self.forward = self._make_forward()
 
@@ -222,6 +227,10 @@ class ImportedModel(Module):
                  "inputs: " + ", ".join(map(repr, self.inputs)),
                  "outputs: " + ", ".join(self.output_names),
                  "ops: " + ", ".join(f"{k} x{v}" for k, v in sorted(counts.items()))]
+        if self.qdq:
+            floats = [r for r in self.qdq if r[2] == "float"]
+            lines.append(f"quantized (QDQ): {len(self.qdq) - len(floats)} ops run int8 kernels, {len(floats)} the "
+                         "dequantized float path" + "".join(f"\n  {name} ({op}): {why}" for name, op, _, why in floats))
         return "\n".join(lines)
 
 

@@ -21,6 +21,7 @@ from tvm.sym.analyzer import Analyzer
 
 from ..errors import FrontendError
 from ..te import call
+from ..te.quantize import QUANTIZED
 from ..te.shapes import DTYPES
 
 _ANALYZER = Analyzer()
@@ -110,8 +111,9 @@ def scalar(value, what: str, node: str):
 
 def to_kiln_dtype(dtype, node: str) -> str:
     name = str(np.dtype(dtype)) if not isinstance(dtype, str) else dtype
-    if name not in DTYPES:
-        raise FrontendError(f"dtype {name} is not supported; kiln computes in {', '.join(DTYPES)}", where=node)
+    if name not in DTYPES + QUANTIZED:
+        raise FrontendError(f"dtype {name} is not supported; kiln computes in {', '.join(DTYPES + QUANTIZED)}",
+                            where=node)
     return name
 
 
@@ -139,7 +141,7 @@ def tensor_or_static(array, dtype=None) -> np.ndarray:
         return array.astype(dtype)
     if array.dtype.kind == "f" and array.dtype != np.float64:
         return array.astype(np.float32)
-    if array.dtype.kind in "iu" and str(array.dtype) not in DTYPES:
+    if array.dtype.kind in "iu" and str(array.dtype) not in DTYPES + QUANTIZED:
         return array.astype(np.int64)
     return array
 

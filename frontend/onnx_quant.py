@@ -1,0 +1,120 @@
+"""Quantized ONNX models: the QDQ form (``QuantizeLinear`` and
+``DequantizeLinear`` around the ops, what ONNX Runtime's ``quantize_static``
+writes) into kiln's int8 kernels.
+
+``QuantizeLinear`` and ``DequantizeLinear`` convert to the ``quantize`` and
+``dequantize`` ops (per tensor; a dequantized constant — an int8 weight with
+per-channel scales — folds into a float constant at import), so every QDQ
+model imports and computes what the file says. Before the nodes become steps,
+``fuse_qdq`` finds each ``Conv``, ``MatMul`` and ``Gemm`` that reads
+``DequantizeLinear(QuantizeLinear(x))`` and an int8 weight initializer
+through ``DequantizeLinear`` (zero point 0), with a bias that is a float
+initializer or ``DequantizeLinear`` of an int32 one, and replaces it by one
+node that runs ``conv2d_int8`` (or ``quantize`` then ``dense_int8``) on the
+float ``x`` with the file's scales, zero point and int8 weights. The
+``QuantizeLinear``/``DequantizeLinear`` pairs no one reads any more are
+dropped. ``fuse_qdq`` reports each such op: fused, or left on the
+dequantized (float) path and why.
+"""
+from __future__ import annotations
+
+import numpy as np
+
+from ..te import call
+from ..te.quantize import pack_int8_weight
+from ..te.quantize_conv import pack_conv_int8_weight
+from . import ops
+from .onnx_nn import _conv_geometry
+from .onnx_table import converter
+from .values import is_kiln, known, materialize, shape_of
+
+#: output channels per weight panel (16 int32 lanes: one ``vpdpbusd``)
+PANEL = 16
+#: the fused nodes' op types (converters in ``FUSED``, not among the ONNX ops kiln lists)
+FUSED: dict = {}
+
+
+def _scalar(value, node, what: str):
+    """A scale or zero point: one number known before the kernel runs (``values.known``)."""
+    array = known(value, what, node.where)
+    if array.size != 1:
+        raise node.fail(f"{what} must be one number (per-tensor quantization of an activation); got shape "
+                        f"{tuple(array.shape)}")
+    return array.reshape(())
+
+
+@converter("QuantizeLinear")
+def quantize_linear(node, x, scale, zero_point=None):
+    s = float(_scalar(scale, node, "y_scale"))
+    zp = np.asarray(0, np.uint8) if zero_point is None else _scalar(zero_point, node, "y_zero_point")
+    dtype = str(zp.dtype)
+    if dtype not in ("uint8", "int8"):
+        raise node.fail(f"quantizing to {dtype}; kiln quantizes to uint8 and int8")
+    if not is_kiln(x):
+        from ..te import get_op
+        return get_op("quantize").reference(np.asarray(x, np.float32), scale=s, zero_point=int(zp), dtype=dtype)
+    return call("quantize", x, scale=s, zero_point=int(zp), dtype=dtype)
+
+
+@converter("DequantizeLinear")
+def dequantize_linear(node, x, scale, zero_point=None):
+    if not is_kiln(x):  # a constant (an int8 weight): folded, per channel along ``axis`` where the scale is a vector
+        q, s = np.asarray(x), np.asarray(scale, np.float32)
+        zp = np.zeros((), q.dtype) if zero_point is None else np.asarray(zero_point)
+        if s.ndim == 1 and s.size > 1:
+            shape = [1] * q.ndim
+            shape[int(node.attr("axis", 1)) % q.ndim] = s.size
+            s, zp = s.reshape(shape), zp.reshape(shape) if zp.ndim == 1 else zp
+        return ((q.astype(np.float64) - zp.astype(np.float64)) * s).astype(np.float32)
+    s = float(_scalar(scale, node, "x_scale"))
+    zp = np.asarray(0, np.uint8) if zero_point is None else _scalar(zero_point, node, "x_zero_point")
+    return call("dequantize", x, scale=s, zero_point=int(zp), dtype=str(zp.dtype))
+
+
+def _fused(op_type: str):
+    def register(fn):
+        FUSED[op_type] = fn
+        return fn
+    return register
+
+
+def _offset(step: np.ndarray, zero_point: int, wq: np.ndarray, axes, bias) -> np.ndarray:
+    """``b - step * zp * sum(wq)`` per output channel (``nn/quantized_ops.py``'s derivation)."""
+    b = np.zeros(step.shape) if bias is None else np.asarray(bias, np.float64)
+    return (b - step * zero_point * wq.astype(np.int64).sum(axis=axes)).astype(np.float32)
+
+
+@_fused("QDQConv")
+def qdq_conv(node, x, wq, w_scale, bias=None):
+    wq, kernel = np.asarray(wq), tuple(np.asarray(wq).shape[2:])
+    strides, _, pads = _conv_geometry(node, x.shape, kernel)
+    top, left, bottom, right = pads
+    if (top, left) != (bottom, right):
+        x = ops.pad(x, [(0, 0), (0, 0), (top - min(top, bottom), bottom - min(top, bottom)),
+                        (left - min(left, right), right - min(left, right))])
+        top, left = min(top, bottom), min(left, right)
+    x_scale, x_zp = float(node.attr("x_scale")), int(node.attr("x_zero_point"))
+    step = x_scale * np.broadcast_to(np.asarray(w_scale, np.float64).reshape(-1), (wq.shape[0],))
+    offset = _offset(step, x_zp, wq, (1, 2, 3), bias)
+    return call("conv2d_int8", x, materialize(pack_conv_int8_weight(wq, PANEL), "QDQConv"),
+                materialize(step.astype(np.float32), "QDQConv"), materialize(offset, "QDQConv"),
+                in_scale=x_scale, in_zero_point=x_zp, stride=tuple(strides), padding=(top, left))
+
+
+@_fused("QDQMatMul")
+def qdq_matmul(node, x, wq, w_scale, bias=None):
+    wq = np.asarray(wq)
+    if node.attr("transB", 0):
+        wq = wq.T
+    x_scale, x_zp = float(node.attr("x_scale")), int(node.attr("x_zero_point"))
+    step = x_scale * np.broadcast_to(np.asarray(w_scale, np.float64).reshape(-1), (wq.shape[1],))
+    offset = _offset(step, x_zp, wq, 0, bias)
+    sa = shape_of(x)
+    rows = sa[0]
+    for d in sa[1:-1]:
+        rows = rows * d
+    flat = x if len(sa) == 2 else ops.reshape(x, [rows, sa[-1]])
+    q = call("quantize", flat, scale=x_scale, zero_point=x_zp, dtype="uint8")
+    y = call("dense_int8", q, materialize(pack_int8_weight(wq, PANEL), "QDQMatMul"),
+             materialize(step.astype(np.float32), "QDQMatMul"), materialize(offset, "QDQMatMul"))
+    return y if len(sa) == 2 else ops.reshape(y, [*sa[:-1], wq.shape[1]])
