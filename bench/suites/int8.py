@@ -11,7 +11,10 @@ int8 module, kiln's float module and ONNX Runtime's int8 model are timed
 interleaved; rows: kiln int8 against ONNX Runtime int8 (target 1.0) and
 against kiln float (the speed-up: ``SPEEDUP`` on a CPU with AVX-512 VNNI, else
 ``SPEEDUP_NO_DOT``), each with the cosine similarity of kiln's int8 output to
-its float output and to ONNX Runtime's int8 output.
+its float output and to ONNX Runtime's int8 output; and ONNX Runtime's QDQ
+file itself imported by ``kiln.frontend.from_onnx`` (its products fused into
+kiln's int8 kernels, ``frontend/onnx_qdq.py``) against ONNX Runtime on that
+file (target 1.0), with the cosine of their outputs.
 
 ``--quick`` runs a 2-layer BERT of width 64 on 16 tokens at batch 1.
 """
@@ -76,28 +79,38 @@ def _build(name: str, quick: bool, folder: str, threads: int) -> dict:
     quantized = quantize(imported, [tuple(b.values()) for b in calibration])
     int8_module = Predictor(export(quantized, example, path[:-5] + "_q.so"))
     int8_s = time.perf_counter() - start
-    session = models.ort_session(_ort_int8(path, calibration), threads)
+    qdq_path = _ort_int8(path, calibration)
+    session = models.ort_session(qdq_path, threads)
+    start = time.perf_counter()
+    qdq = from_onnx(qdq_path)
+    qdq_module = Predictor(export(qdq, example, path[:-5] + "_qdq.so"))
+    fused = sum(kind == "int8" for _, _, kind, _ in qdq.qdq)
     layers = sum(r.kind == "int8" for r in quantized.report)
     return {"kind": kind, "size": size, "vocab": vocab, "float": float_module, "int8": int8_module, "ort": session,
-            "extra": {"float export s": round(float_s, 1), "quantize + export s": round(int8_s, 1),
-                      "int8 layers": f"{layers}/{len(quantized.report)}"}}
+            "qdq": qdq_module, "extra": {"float export s": round(float_s, 1), "quantize + export s": round(int8_s, 1),
+                                         "int8 layers": f"{layers}/{len(quantized.report)}"},
+            "qdq extra": {"import + export s": round(time.perf_counter() - start, 1),
+                          "int8 layers": f"{fused}/{len(qdq.qdq)}"}}
 
 
 def _rows(name: str, batch: int, parts: dict, repeat: int, vnni: bool) -> list[dict]:
     arrays = models.inputs(parts["kind"], parts["size"], batch, parts["vocab"])
-    kiln_float, kiln_int8, session = parts["float"], parts["int8"], parts["ort"]
-    f, q, o = kiln_float(**arrays), kiln_int8(**arrays), session.run(None, arrays)[0]
+    kiln_float, kiln_int8, session, qdq = parts["float"], parts["int8"], parts["ort"], parts["qdq"]
+    f, q, o, d = kiln_float(**arrays), kiln_int8(**arrays), session.run(None, arrays)[0], qdq(**arrays)
     samplers = {"int8": calls_sampler(lambda: kiln_int8(**arrays)), "float": calls_sampler(lambda: kiln_float(**arrays)),
-                "ort": calls_sampler(lambda: session.run(None, arrays))}
+                "ort": calls_sampler(lambda: session.run(None, arrays)), "qdq": calls_sampler(lambda: qdq(**arrays))}
     sides = compare(samplers, repeat)
     extra = dict(parts["extra"], **{"cosine to float": round(cosine(q, f), 5),
                                     "cosine to ORT int8": round(cosine(q, o), 5),
                                     "ORT int8 cosine to float": round(cosine(o, f), 5)})
     workload = f"{name} int8, batch {batch}"
     speedup = SPEEDUP if vnni else SPEEDUP_NO_DOT
+    qdq_extra = dict(parts["qdq extra"], **{"cosine to ORT int8": round(cosine(d, o), 5)})
     return [make_row(workload, "ms", sides["int8"], "ONNX Runtime int8", sides["ort"], TARGET, extra=extra),
             make_row(workload, "ms", sides["int8"], "kiln float", sides["float"], speedup, extra=extra,
-                     note=None if vnni else "no AVX-512 VNNI: kiln.quantize keeps every layer float here")]
+                     note=None if vnni else "no AVX-512 VNNI: kiln.quantize keeps every layer float here"),
+            make_row(f"{name} ONNX Runtime's QDQ file, batch {batch}", "ms", sides["qdq"], "ONNX Runtime int8",
+                     sides["ort"], TARGET, extra=qdq_extra)]
 
 
 def run(context, repeat: int, quick: bool = False) -> list[dict]:
