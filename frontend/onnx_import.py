@@ -181,7 +181,7 @@ def _identifier(name: str) -> str:
     return out if out and not out[0].isdigit() and out != "out" else f"in_{out}"
 
 
-def from_onnx(model, input_shapes=None) -> ImportedModel:
+def from_onnx(model, input_shapes=None, target=None) -> ImportedModel:
     """An ONNX model as a ``kiln.nn.Module``.
 
     Parameters
@@ -194,6 +194,12 @@ def from_onnx(model, input_shapes=None) -> ImportedModel:
         symbolic (``dim_param``) and that an export needs fixed; ``None``
         keeps a dim symbolic. A first dim the file leaves symbolic stays
         the model's dynamic batch whatever is given for it.
+    target : optional
+        The CPU the model will run on (default this one). A quantized (QDQ)
+        model's convolutions and products run kiln's int8 kernels where it
+        has an 8-bit dot product (AVX-512 VNNI); elsewhere they stay on the
+        dequantized float path, which computes the same and runs faster there
+        (``model.qdq`` says which and why).
 
     Returns
     -------
@@ -231,7 +237,9 @@ def from_onnx(model, input_shapes=None) -> ImportedModel:
     inputs = _input_specs(graph, initializers, input_shapes)
     for out in graph.output:
         _value_dtype(out, "output")
-    nodes, fused, qdq = fuse_qdq(list(graph.node), arrays, [o.name for o in graph.output])
+    from ..runtime.device import as_target
+    nodes, fused, qdq = fuse_qdq(list(graph.node), arrays, [o.name for o in graph.output],
+                                 "avx512vnni" in as_target(target).isa)
     constants.update(fused)
     steps = []
     for k, node in enumerate(nodes):

@@ -89,12 +89,16 @@ def _bias(graph: _Graph, node, index: int):
     return (bq.astype(np.float64) - params[1].astype(np.float64)) * params[0].astype(np.float64)
 
 
-def fuse_qdq(nodes, arrays: dict, outputs) -> tuple[list, dict, list]:
+def fuse_qdq(nodes, arrays: dict, outputs, dot: bool = True) -> tuple[list, dict, list]:
     """``(nodes, new constants, report)``: the fusable QDQ ops replaced by
     fused nodes, the QDQ nodes no one reads any more dropped; the report a
     ``(node name, op type, "int8" or "float", why)`` per Conv/MatMul/Gemm
-    with a DequantizeLinear input."""
+    with a DequantizeLinear input. ``dot``: whether the target has an 8-bit
+    dot product; without one nothing fuses (int8 would run slower than the
+    dequantized float path, ``nn/quantized.py``'s ``NO_DOT``)."""
     from onnx import helper
+
+    from ..nn.quantized import NO_DOT
 
     graph, fused, constants, report = _Graph(nodes, arrays), [], {}, []
     for node in nodes:
@@ -104,7 +108,7 @@ def fuse_qdq(nodes, arrays: dict, outputs) -> tuple[list, dict, list]:
             fused.append(node)
             continue
         attrs = {a.name: helper.get_attribute_value(a) for a in node.attribute}
-        why = None
+        why = None if dot else NO_DOT
         if node.op_type == "Conv" and (attrs.get("group", 1) != 1 or any(d != 1 for d in attrs.get("dilations", []))
                                        or len(arrays.get(node.input[1], np.zeros((1, 1, 1, 1))).shape) != 4):
             why = "a grouped, dilated or non-2-D convolution"

@@ -14,6 +14,11 @@ torch = pytest.importorskip("torch", reason="the float model is written in PyTor
 from onnx import TensorProto, helper, numpy_helper  # noqa: E402
 
 from kiln.frontend import from_onnx  # noqa: E402
+from kiln.nn.quantized import NO_DOT  # noqa: E402
+from kiln.runtime.device import cpu  # noqa: E402
+
+#: a CPU with AVX-512 VNNI: where QDQ ops fuse into int8 kernels (which run exact on any host)
+VNNI = cpu("znver4")
 
 
 class _Net(torch.nn.Module):
@@ -51,7 +56,7 @@ def _qdq_model(tmp_path, rng):
 def test_an_onnx_runtime_qdq_model_runs_int8_kernels_and_agrees_with_onnx_runtime(tmp_path):
     rng = np.random.default_rng(0)
     qpath = _qdq_model(tmp_path, rng)
-    model = from_onnx(qpath)
+    model = from_onnx(qpath, target=VNNI)
     kinds = {(op, kind) for _, op, kind, _ in model.qdq}
     assert ("Conv", "int8") in kinds and (("Gemm", "int8") in kinds or ("MatMul", "int8") in kinds), model.qdq
     assert all(kind == "int8" or "grouped" in why for _, op, kind, why in model.qdq), model.qdq
@@ -76,9 +81,10 @@ def test_a_qdq_matmul_with_an_asymmetric_weight_stays_on_the_float_path_and_says
     graph = helper.make_graph(nodes, "g", [helper.make_tensor_value_info("x", TensorProto.FLOAT, [2, 4])],
                               [helper.make_tensor_value_info("y", TensorProto.FLOAT, [2, 3])], inits)
     proto = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
-    model = from_onnx(proto)
+    model = from_onnx(proto, target=VNNI)
     assert model.qdq == [("mm", "MatMul", "float", "its weight's zero point is not 0 (kiln's int8 weights are "
                                                     "symmetric)")]
+    assert from_onnx(proto, target=cpu("znver3")).qdq == [("mm", "MatMul", "float", NO_DOT)]
     x = np.random.default_rng(1).standard_normal((2, 4)).astype(np.float32)
     want = ort.InferenceSession(proto.SerializeToString(), providers=["CPUExecutionProvider"]).run(None, {"x": x})[0]
     np.testing.assert_allclose(model(kiln.Tensor(x)).numpy(), want, rtol=1e-5, atol=1e-5)
