@@ -29,7 +29,7 @@ from ..runtime.device import as_target
 from ..te.registry import intercept
 from .module import Module
 from .observers import Observer, uint8_params
-from .quantized_ops import Found, Weights, find, float_output, quantized
+from .quantized_ops import Found, Weights, find, float_output, quantized, unsupported
 from .tensor import Tensor, no_grad
 
 class _Site:
@@ -163,7 +163,7 @@ def quantize(model: Module, calibration, per_channel: bool = True, observer: str
     batches = _batches(calibration, where)
     work = copy.deepcopy(model)
     work.eval()
-    sites, computed = _calibrate(work, batches, observer, where)
+    sites, floats = _calibrate(work, batches, observer, where)
     if not sites:
         raise AttrError(f"{type(model).__name__} has no dense layer or product with a weight parameter to "
                         "quantize", where=where, arg="model")
@@ -191,15 +191,16 @@ def quantize(model: Module, calibration, per_channel: bool = True, observer: str
         report.append(LayerReport(site.name, "int8", "", qscale, zero, (float(scales.min()), float(scales.max())),
                                   error))
         products.append((site.weight, site.transposed, product))
-    report += [LayerReport(name, "float", COMPUTED) for name in computed]
+    report += [LayerReport(name, "float", why) for name, why in floats]
     return QuantizedModel(work, products, report)
 
 
 def _calibrate(model, batches, observer: str, where: str) -> tuple[list, list]:
     """Run the batches through ``model``, observing the input of each product
-    with a weight parameter: ``([_Site] in the order first met, [names of the
-    products whose weight is computed])``."""
-    names, sites, computed = _layer_names(model), {}, []
+    with a weight parameter: ``([_Site] in the order first met, [(name, why)
+    of the products that stay float: a weight computed in the graph, a
+    product no int8 kernel maps])``."""
+    names, sites, computed, unmapped = _layer_names(model), {}, [], {}
 
     def observe(op, inputs, attrs):
         out = weights.transpose(op, inputs, attrs)
@@ -207,11 +208,14 @@ def _calibrate(model, batches, observer: str, where: str) -> tuple[list, list]:
             return out
         found = find(op, inputs, attrs)
         if found is None:
+            why = unsupported(op, inputs, attrs)
+            if why is not None and id(inputs[1]) in names:
+                unmapped.setdefault(id(inputs[1]), (names[id(inputs[1])], why))
             return None
         param = weights.resolve(found)
         if param is None or id(param[0]) not in names:
             if first_batch:
-                computed.append(f"{op.name} #{len(computed) + 1} (weight {tuple(found.weight.shape)})")
+                computed.append((f"{op.name} #{len(computed) + 1} (weight {tuple(found.weight.shape)})", COMPUTED))
             return None
         key = (id(param[0]), param[1])
         site = sites.get(key)
@@ -231,4 +235,4 @@ def _calibrate(model, batches, observer: str, where: str) -> tuple[list, list]:
                 shapes = ", ".join(str(a.shape) for a in batch)
                 raise DataError(f"the model does not take a calibration batch of shape {shapes}: {exc}",
                                 where=where, arg="calibration") from exc
-    return list(sites.values()), computed
+    return list(sites.values()), computed + list(unmapped.values())

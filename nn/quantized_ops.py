@@ -67,6 +67,26 @@ def find(op, inputs, attrs) -> Found | None:
     return Found(w, x, b, transposed, window)
 
 
+def unsupported(op, inputs, attrs) -> str | None:
+    """Why a product that reads a weight Parameter but that ``find`` does
+    not take stays float; None for any other op application."""
+    if op.name not in ("dense", "matmul", "conv2d") or len(inputs) < 2 or not isinstance(inputs[1], Parameter):
+        return None
+    if str(inputs[0].dtype) != "float32" or str(inputs[1].dtype) != "float32":
+        return f"a {inputs[1].dtype} product (int8 replaces float32 ones)"
+    if op.name == "conv2d":
+        try:
+            parsed = op.parse_attrs(attrs)
+        except KilnError:
+            return None
+        if parsed["groups"] != 1:
+            return "a grouped or depthwise convolution (no int8 kernel for it)"
+        if tuple(parsed["dilation"]) != (1, 1):
+            return "a dilated convolution (no int8 kernel for it)"
+        return "an NHWC convolution (conv2d_int8 is NCHW)"
+    return "a product of more than 2 dims or with its input transposed (no int8 kernel for it)"
+
+
 class Weights:
     """Which values a product reads are weight parameters: a Parameter read
     as it is, or its transpose made in the graph (an imported ``Gemm`` with

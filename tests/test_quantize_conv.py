@@ -67,3 +67,14 @@ def test_a_cnns_convolutions_quantize_export_and_stay_close_to_float(tmp_path):
     assert eager.ravel() @ floats.ravel() / np.linalg.norm(eager) / np.linalg.norm(floats) > 0.995
     predictor = Predictor(kiln.export(quantized, calibration[0][:1], tmp_path / "cnn.so"))
     np.testing.assert_allclose(predictor(x), eager, rtol=1e-4, atol=1e-4)
+
+
+def test_a_depthwise_convolution_stays_float_and_the_report_says_why():
+    nn.init.manual_seed(2)
+    model = nn.Sequential(nn.Conv(8, 8, 3, groups=8), nn.ReLU(), nn.Conv(8, 16, 1)).eval()
+    x = np.random.default_rng(3).standard_normal((2, 8, 6, 6)).astype(np.float32)
+    quantized = kiln.quantize(model, x, target=VNNI)
+    assert [(r.name, r.kind) for r in quantized.report] == [("2", "int8"), ("0", "float")]
+    assert "depthwise" in quantized.report[1].why
+    want, got = model(kiln.Tensor(x)).numpy(), quantized(kiln.Tensor(x)).numpy()
+    assert got.ravel() @ want.ravel() / np.linalg.norm(got) / np.linalg.norm(want) > 0.995
