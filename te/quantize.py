@@ -21,7 +21,7 @@ from ..errors import AttrError, ShapeError
 from . import attrs as A
 from . import nanmath
 from .registry import Op, register
-from .shapes import FLOATS, dtype_of, is_static, same_dim, shape_str, static
+from .shapes import FLOATS, is_static, same_dim, shape_str, static
 
 #: the integer dtypes of quantized tensors
 QUANTIZED = ("uint8", "int8")
@@ -122,28 +122,37 @@ def pack_int8_weight(wq: np.ndarray, bn: int) -> np.ndarray:
     return np.ascontiguousarray(padded.reshape(k4, 4, panels, bn).transpose(2, 0, 3, 1))
 
 
+class Int8Product(Op):
+    """An int8 product with its dequantizing epilogue: four operands of fixed
+    dtypes (``operand_dtypes``: x, the packed int8 weight, scale, offset),
+    float32 out, an optional ReLU, its own templates (family ``int8``)."""
+
+    compute_bound = True
+    relu_attr = True
+    differentiable = False
+    arity = 4
+    family = "int8"  # its own templates (schedules/cpu/int8*.py), not the float products'
+    operand_dtypes: tuple = ()
+
+    def check(self, shapes, dtypes=None, attrs=None):
+        workload = super().check(shapes, dtypes, attrs)
+        want = self.operand_dtypes
+        if tuple(workload.dtypes) != want:
+            raise AttrError(f"got dtypes {', '.join(workload.dtypes)}, expected {', '.join(want)} (x, w, scale, "
+                            "offset)", op=self.name, arg="dtypes")
+        return workload
+
+
 @register
-class DenseInt8(Op):
+class DenseInt8(Int8Product):
     """``relu?(float(x @ w) * scale + offset)``: uint8 rows (M, K) times an
     int8 weight in ``pack_int8_weight``'s blocks (P, K4, bn, 4), the products
     summed in int32; ``scale`` and ``offset`` (N,) float32 per output column."""
 
     name = "dense_int8"
-    compute_bound = True
-    relu_attr = True
-    differentiable = False
-    arity = 4
-    family = "int8"  # its own templates (schedules/cpu/int8.py), not the float products'
     dtypes = ("uint8", "int8", "float32")
+    operand_dtypes = ("uint8", "int8", "float32", "float32")
     attrs = {"relu": A.Attr(A.boolean, default=False, doc="apply relu after the epilogue")}
-
-    def check(self, shapes, dtypes=None, attrs=None):
-        workload = super().check(shapes, dtypes, attrs)
-        want = ("uint8", "int8", "float32", "float32")
-        if tuple(workload.dtypes) != want:
-            raise AttrError(f"got dtypes {', '.join(workload.dtypes)}, expected {', '.join(want)} (x, w, scale, "
-                            "offset)", op=self.name, arg="dtypes")
-        return workload
 
     def infer_shape(self, x, w, scale, offset, relu):
         if len(x) != 2 or len(w) != 4 or len(scale) != 1 or len(offset) != 1:

@@ -23,8 +23,8 @@ from ..errors import AttrError, ShapeError
 from . import attrs as A
 from . import nanmath
 from .conv import PADDING, STRIDE, _conv_nchw, window_out
-from .quantize import quantized, quantized_ref
-from .registry import Op, register
+from .quantize import Int8Product, quantized, quantized_ref
+from .registry import register
 from .shapes import shape_str, static
 
 
@@ -39,30 +39,18 @@ def pack_conv_int8_weight(wq: np.ndarray, bn: int) -> np.ndarray:
 
 
 @register
-class Conv2dInt8(Op):
+class Conv2dInt8(Int8Product):
     """``relu?(float(conv(quantize(x), w)) * scale[k] + offset[k])``: x float32
     NCHW (N, C, H, W), w int8 in ``pack_conv_int8_weight``'s blocks, ``scale``
     and ``offset`` (K,) float32 per output channel."""
 
     name = "conv2d_int8"
-    compute_bound = True
-    relu_attr = True
-    differentiable = False
-    arity = 4
-    family = "int8"  # its own template (schedules/cpu/int8_conv.py)
     dtypes = ("float32", "int8")
+    operand_dtypes = ("float32", "int8", "float32", "float32")
     attrs = {"in_scale": A.Attr(A.positive_float, doc="the input's quantization step"),
              "in_zero_point": A.Attr(A.integer, default=0, doc="the uint8 that stands for 0.0 in the input"),
              "stride": STRIDE, "padding": PADDING,
              "relu": A.Attr(A.boolean, default=False, doc="apply relu after the epilogue")}
-
-    def check(self, shapes, dtypes=None, attrs=None):
-        workload = super().check(shapes, dtypes, attrs)
-        want = ("float32", "int8", "float32", "float32")
-        if tuple(workload.dtypes) != want:
-            raise AttrError(f"got dtypes {', '.join(workload.dtypes)}, expected {', '.join(want)} (x, w, scale, "
-                            "offset)", op=self.name, arg="dtypes")
-        return workload
 
     def infer_shape(self, x, w, scale, offset, in_scale, in_zero_point, stride, padding, relu):
         if not 0 <= in_zero_point <= 255:

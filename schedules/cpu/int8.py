@@ -39,6 +39,23 @@ def uses_vnni(target, workload) -> bool:
     return "avx512vnni" in target.isa and bn == 16 and k is not None and k % 4 == 0
 
 
+def dot_steps(sch, acc, outer_reduction, tile, lanes, four, vnni: bool) -> None:
+    """The steps of an int8 register tile: the accumulators zeroed before
+    ``outer_reduction`` (vectorized), the ``tile`` loops unrolled, and each
+    step's ``lanes`` x ``four`` products one ``vpdpbusd`` (``VNNI_16x4``) or,
+    without ``vnni``, vectorized int32 multiply-adds over ``lanes``."""
+    if not vnni:  # before decompose_reduction (TVM rejects vectorizing under a reduction after it)
+        sch.reorder(four, lanes)
+        sch.unroll(four)
+        sch.vectorize(lanes)
+    init = sch.decompose_reduction(acc, outer_reduction)
+    sch.vectorize(sch.get_loops(init)[-1])
+    for loop in tile:
+        sch.unroll(loop)
+    if vnni:
+        sch.tensorize(lanes, VNNI_16x4)
+
+
 @register_template("cpu", ops=("dense_int8",))
 def schedule_dense_int8(sch, block, cfg: Config) -> NotApplicable | None:
     workload = cfg.workload
@@ -60,17 +77,7 @@ def schedule_dense_int8(sch, block, cfg: Config) -> NotApplicable | None:
     if par:
         sch.parallel(task)
     sch.reverse_compute_at(block, task)
-    vnni = uses_vnni(cfg.target, workload)
-    if not vnni:  # before decompose_reduction (TVM rejects vectorizing under a reduction after it)
-        sch.reorder(r, j)
-        sch.unroll(r)
-        sch.vectorize(j)
-    init = sch.decompose_reduction(acc, k4)
-    sch.vectorize(sch.get_loops(init)[-1])
-    sch.unroll(ii)
-    sch.unroll(pi)
-    if vnni:
-        sch.tensorize(j, VNNI_16x4)
+    dot_steps(sch, acc, k4, (ii, pi), j, r, uses_vnni(cfg.target, workload))
     _, inner = sch.split(sch.get_loops(block)[-1], [None, cfg.target.lanes("float32")])
     sch.vectorize(inner)
     return None

@@ -24,7 +24,7 @@ from __future__ import annotations
 from ..config import Config
 from ..dispatch import NOT_APPLICABLE, NotApplicable, register_template
 from ..util import const_int, divisors
-from .int8_intrin import VNNI_16x4
+from .int8 import dot_steps
 
 #: register tile bounds: 8 positions, 4 blocks, 24 of the 32 zmm registers as accumulators
 MAX_TILE_W, MAX_TILE_P, MAX_ACCUMULATORS = 8, 4, 24
@@ -65,15 +65,5 @@ def schedule_conv2d_int8(sch, block, cfg: Config) -> NotApplicable | None:
     if par:
         sch.parallel(task)
     sch.reverse_compute_at(block, task)
-    vnni = "avx512vnni" in cfg.target.isa and bn == 16
-    if not vnni:  # before decompose_reduction (TVM rejects vectorizing under a reduction after it)
-        sch.reorder(r, j)
-        sch.unroll(r)
-        sch.vectorize(j)
-    init = sch.decompose_reduction(acc, ky)
-    sch.vectorize(sch.get_loops(init)[-1])
-    sch.unroll(zi)
-    sch.unroll(pi)
-    if vnni:
-        sch.tensorize(j, VNNI_16x4)
+    dot_steps(sch, acc, ky, (zi, pi), j, r, "avx512vnni" in cfg.target.isa and bn == 16)
     return None
