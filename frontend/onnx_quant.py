@@ -23,13 +23,12 @@ import numpy as np
 from ..te import call
 from ..te.quantize import pack_int8_weight
 from ..te.quantize_conv import pack_conv_int8_weight
+from ..nn.quantized_ops import PANEL, offset
 from . import ops
 from .onnx_nn import _conv_geometry
 from .onnx_table import converter
 from .values import is_kiln, known, materialize, shape_of
 
-#: output channels per weight panel (16 int32 lanes: one ``vpdpbusd``)
-PANEL = 16
 #: the fused nodes' op types (converters in ``FUSED``, not among the ONNX ops kiln lists)
 FUSED: dict = {}
 
@@ -78,12 +77,6 @@ def _fused(op_type: str):
     return register
 
 
-def _offset(step: np.ndarray, zero_point: int, wq: np.ndarray, axes, bias) -> np.ndarray:
-    """``b - step * zp * sum(wq)`` per output channel (``nn/quantized_ops.py``'s derivation)."""
-    b = np.zeros(step.shape) if bias is None else np.asarray(bias, np.float64)
-    return (b - step * zero_point * wq.astype(np.int64).sum(axis=axes)).astype(np.float32)
-
-
 @_fused("QDQConv")
 def qdq_conv(node, x, wq, w_scale, bias=None):
     wq, kernel = np.asarray(wq), tuple(np.asarray(wq).shape[2:])
@@ -95,9 +88,9 @@ def qdq_conv(node, x, wq, w_scale, bias=None):
         top, left = min(top, bottom), min(left, right)
     x_scale, x_zp = float(node.attr("x_scale")), int(node.attr("x_zero_point"))
     step = x_scale * np.broadcast_to(np.asarray(w_scale, np.float64).reshape(-1), (wq.shape[0],))
-    offset = _offset(step, x_zp, wq, (1, 2, 3), bias)
+    shift = offset(step, x_zp, wq, (1, 2, 3), bias)
     return call("conv2d_int8", x, materialize(pack_conv_int8_weight(wq, PANEL), "QDQConv"),
-                materialize(step.astype(np.float32), "QDQConv"), materialize(offset, "QDQConv"),
+                materialize(step.astype(np.float32), "QDQConv"), materialize(shift, "QDQConv"),
                 in_scale=x_scale, in_zero_point=x_zp, stride=tuple(strides), padding=(top, left))
 
 
@@ -108,7 +101,7 @@ def qdq_matmul(node, x, wq, w_scale, bias=None):
         wq = wq.T
     x_scale, x_zp = float(node.attr("x_scale")), int(node.attr("x_zero_point"))
     step = x_scale * np.broadcast_to(np.asarray(w_scale, np.float64).reshape(-1), (wq.shape[1],))
-    offset = _offset(step, x_zp, wq, 0, bias)
+    shift = offset(step, x_zp, wq, 0, bias)
     sa = shape_of(x)
     rows = sa[0]
     for d in sa[1:-1]:
@@ -116,5 +109,5 @@ def qdq_matmul(node, x, wq, w_scale, bias=None):
     flat = x if len(sa) == 2 else ops.reshape(x, [rows, sa[-1]])
     q = call("quantize", flat, scale=x_scale, zero_point=x_zp, dtype="uint8")
     y = call("dense_int8", q, materialize(pack_int8_weight(wq, PANEL), "QDQMatMul"),
-             materialize(step.astype(np.float32), "QDQMatMul"), materialize(offset, "QDQMatMul"))
+             materialize(step.astype(np.float32), "QDQMatMul"), materialize(shift, "QDQMatMul"))
     return y if len(sa) == 2 else ops.reshape(y, [*sa[:-1], wq.shape[1]])

@@ -121,6 +121,13 @@ def _int8(w: np.ndarray, axis, per_channel: bool) -> tuple[np.ndarray, np.ndarra
     return np.clip(np.rint(w / shaped), -127, 127).astype(np.int8), scales
 
 
+def offset(step: np.ndarray, zero_point: int, wq: np.ndarray, axes, bias=None) -> np.ndarray:
+    """``b - step * zp * sum(wq)`` per output channel (the module docstring's derivation; ``axes``: the
+    weight's axes other than the output channel's)."""
+    b = np.zeros(step.shape) if bias is None else np.asarray(bias, np.float64)
+    return (b - step * zero_point * wq.astype(np.int64).sum(axis=axes)).astype(np.float32)
+
+
 class QuantizedDense:
     """A (K, N) product in int8: ``x`` quantized to uint8, times the int8
     weight in ``pack_int8_weight``'s panels, the int32 sums times ``scale``
@@ -130,11 +137,10 @@ class QuantizedDense:
         w = np.asarray(weight, np.float64)
         self.in_scale, self.in_zero_point = float(in_scale), int(in_zero_point)
         wq, self.weight_scale = _int8(w, 0, per_channel)
-        bias = np.zeros(w.shape[1]) if bias is None else np.asarray(bias, np.float64)
         step = self.in_scale * self.weight_scale
         self.weight = Tensor(pack_int8_weight(wq, PANEL))
         self.scale = Tensor(step.astype(np.float32))
-        self.offset = Tensor((bias - step * self.in_zero_point * wq.astype(np.int64).sum(axis=0)).astype(np.float32))
+        self.offset = Tensor(offset(step, self.in_zero_point, wq, 0, bias))
 
     def __call__(self, x, relu: bool = False):
         q = call("quantize", x, scale=self.in_scale, zero_point=self.in_zero_point, dtype="uint8")
@@ -158,7 +164,7 @@ class QuantizedConv:
         step = self.in_scale * self.weight_scale
         self.weight = Tensor(pack_conv_int8_weight(wq, PANEL))
         self.scale = Tensor(step.astype(np.float32))
-        self.offset = Tensor((-step * self.in_zero_point * wq.astype(np.int64).sum(axis=(1, 2, 3))).astype(np.float32))
+        self.offset = Tensor(offset(step, self.in_zero_point, wq, (1, 2, 3)))
 
     def __call__(self, x, relu: bool = False):
         return call("conv2d_int8", x, self.weight, self.scale, self.offset, in_scale=self.in_scale,
