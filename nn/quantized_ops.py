@@ -174,7 +174,7 @@ class QuantizedConv:
         """What ``conv2d_int8`` computes on ``x`` (its numpy reference: no kernel is built)."""
         return get_op("conv2d_int8").reference(x, self.weight.numpy(), self.scale.numpy(), self.offset.numpy(),
                                                in_scale=self.in_scale, in_zero_point=self.in_zero_point, relu=False,
-                                               **self.window)
+                                               in_block=0, out_block=False, **self.window)
 
 
 def quantized(weight: np.ndarray, bias, window, in_scale: float, in_zero_point: int, per_channel: bool):

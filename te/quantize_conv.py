@@ -9,7 +9,12 @@ Inside, three stages: ``conv2d_int8_quantize`` writes the input quantized
 reads are adjacent; ``conv2d_int8_acc`` sums, per output position and block
 of ``bn`` output channels, the products over the taps and channels;
 ``conv2d_int8`` writes ``acc * scale[k] + offset[k]`` (ReLU optional) back in
-NCHW. The weight comes as ``pack_conv_int8_weight`` blocks (P, KH, KW, C4,
+NCHW. Like ``conv2d_packed`` it is ``channel_blocked``: ``in_block=c`` reads x
+as (N, ceil(C / c), H, W, c), so the 4 channels of a dot product are adjacent
+in the float input too; ``out_block`` writes (N, ceil(K / bn), OH, OW, bn),
+one ``bn``-wide vector per output position and block (the channels past K
+zero), and the layout pass (``graph.layout``) carries those blocks from one
+convolution to the next. The weight comes as ``pack_conv_int8_weight`` blocks (P, KH, KW, C4,
 bn, 4). Padding with the zero point makes a padded tap add ``zp * w``, which
 ``offset`` (``b - s_x s_w zp sum(w)``, over every tap) takes away again: the
 padding stands for 0.0 exactly as ``conv2d``'s zeros do.
@@ -23,6 +28,8 @@ from ..errors import AttrError, ShapeError
 from . import attrs as A
 from . import nanmath
 from .conv import PADDING, STRIDE, _conv_nchw, window_out
+from .conv_packed import IN_BLOCK, WRITE_BLOCKS
+from .layout import blocked_array, plain_array
 from .quantize import Int8Product, quantized, quantized_ref
 from .registry import register
 from .shapes import shape_str, static
@@ -45,44 +52,55 @@ class Conv2dInt8(Int8Product):
     and ``offset`` (K,) float32 per output channel."""
 
     name = "conv2d_int8"
+    channel_blocked = True
     dtypes = ("float32", "int8")
     operand_dtypes = ("float32", "int8", "float32", "float32")
     attrs = {"in_scale": A.Attr(A.positive_float, doc="the input's quantization step"),
              "in_zero_point": A.Attr(A.integer, default=0, doc="the uint8 that stands for 0.0 in the input"),
              "stride": STRIDE, "padding": PADDING,
-             "relu": A.Attr(A.boolean, default=False, doc="apply relu after the epilogue")}
+             "relu": A.Attr(A.boolean, default=False, doc="apply relu after the epilogue"),
+             "in_block": IN_BLOCK, "out_block": WRITE_BLOCKS}
 
-    def infer_shape(self, x, w, scale, offset, in_scale, in_zero_point, stride, padding, relu):
+    def infer_shape(self, x, w, scale, offset, in_scale, in_zero_point, stride, padding, relu, in_block,
+                    out_block):
         if not 0 <= in_zero_point <= 255:
             raise AttrError(f"got {in_zero_point}, expected a uint8 (0..255)", op=self.name, arg="in_zero_point")
-        if len(x) != 4 or len(w) != 6 or len(scale) != 1 or len(offset) != 1:
+        layout = f"(N, ceil(C / {in_block}), H, W, {in_block})" if in_block else "(N, C, H, W)"
+        if len(x) != (5 if in_block else 4) or len(w) != 6 or len(scale) != 1 or len(offset) != 1 or (
+                in_block and static(x[4]) != in_block):
             raise ShapeError(f"got x {shape_str(x)}, w {shape_str(w)}, scale {shape_str(scale)}, offset "
-                             f"{shape_str(offset)}, expected (N, C, H, W), (P, KH, KW, C4, bn, 4), (K,), (K,)",
+                             f"{shape_str(offset)}, expected {layout}, (P, KH, KW, C4, bn, 4), (K,), (K,)",
                              op=self.name, arg="shapes")
-        c, (panels, kh, kw, c4, bn, four), k = static(x[1]), (static(d) for d in w), static(scale[0])
-        if four != 4 or not all(isinstance(v, int) for v in (c, c4, bn, k, panels, kh, kw)) or not (
-                4 * (c4 - 1) < c <= 4 * c4) or not (bn * (panels - 1) < k <= bn * panels) or k != static(offset[0]):
+        c, (panels, kh, kw, c4, bn, four), k = _channels(x, in_block), (static(d) for d in w), static(scale[0])
+        if four != 4 or not all(isinstance(v, int) for v in (c, c4, bn, k, panels, kh, kw)) or not _fits(
+                c, c4, in_block) or not (
+                bn * (panels - 1) < k <= bn * panels) or k != static(offset[0]):
             raise ShapeError(f"got x {shape_str(x)}, w {shape_str(w)}, scale {shape_str(scale)}, offset "
                              f"{shape_str(offset)}: expected w to hold C = {c} in blocks of 4 and K = {k} in "
                              "panels of bn (pack_conv_int8_weight), and one scale and offset per channel",
                              op=self.name, arg="shapes")
         oh = window_out(self.name, x[2], kh, stride[0], padding[0], 1)
         ow = window_out(self.name, x[3], kw, stride[1], padding[1], 1)
-        return (x[0], scale[0], oh, ow)
+        return (x[0], panels, oh, ow, bn) if out_block else (x[0], scale[0], oh, ow)
 
     def infer_dtype(self, *shapes, **attrs):
         return "float32"
 
-    def compute(self, x, w, scale, offset, in_scale, in_zero_point, stride, padding, relu):
-        n, c, h, wd = x.shape
+    def compute(self, x, w, scale, offset, in_scale, in_zero_point, stride, padding, relu, in_block, out_block):
+        n, h, wd = x.shape[0], x.shape[2], x.shape[3]
+        c = _channels(tuple(x.shape), in_block)
         panels, kh, kw, c4, bn, _ = (static(d) for d in w.shape)
-        _, _, oh, ow = self.infer_shape(tuple(x.shape), tuple(w.shape), tuple(scale.shape), tuple(offset.shape),
-                                        in_scale, in_zero_point, stride, padding, relu)
+        out = self.infer_shape(tuple(x.shape), tuple(w.shape), tuple(scale.shape), tuple(offset.shape),
+                               in_scale, in_zero_point, stride, padding, relu, in_block, out_block)
+        oh, ow, k_out = out[2], out[3], static(scale.shape[0])
         (sh, sw), (ph, pw), zero = stride, padding, tirx.const(in_zero_point, "uint8")
+
+        def read(b, ch, y, z):
+            return x[b, ch // in_block, y, z, ch % in_block] if in_block else x[b, ch, y, z]
 
         def quantize(b, y, z, ch):
             inside = tirx.all(y >= ph, y < h + ph, z >= pw, z < wd + pw, ch < c)
-            v = x[b, tirx.min(ch, c - 1), tirx.max(tirx.min(y - ph, h - 1), 0), tirx.max(tirx.min(z - pw, wd - 1), 0)]
+            v = read(b, tirx.min(ch, c - 1), tirx.max(tirx.min(y - ph, h - 1), 0), tirx.max(tirx.min(z - pw, wd - 1), 0))
             return tirx.if_then_else(inside, quantized(v, in_scale, in_zero_point, "uint8"), zero)
         xq = te.compute((n, h + 2 * ph, wd + 2 * pw, c4 * 4), quantize, name="conv2d_int8_quantize", tag="injective")
         ry, rx = te.reduce_axis((0, kh), "ky"), te.reduce_axis((0, kw), "kx")
@@ -91,13 +109,21 @@ class Conv2dInt8(Int8Product):
             xq[b, y * sh + ry, z * sw + rx, rc * 4 + rr].astype("int32") * w[p, ry, rx, rc, j, rr].astype("int32"),
             axis=[ry, rx, rc, rr]), name="conv2d_int8_acc", tag="conv2d")
 
-        def epilogue(b, k, y, z):
-            v = acc[b, y, z, k // bn, k % bn].astype("float32") * scale[k] + offset[k]
-            return nanmath.relu(v) if relu else v
-        return te.compute((n, scale.shape[0], oh, ow), epilogue, name=self.name, tag="conv2d")
+        def value(b, p, j, y, z):
+            k = p * bn + j
+            whole = k_out % bn == 0 or not out_block  # an NCHW output has no lane past K
+            kk = k if whole else tirx.min(k, k_out - 1)
+            v = acc[b, y, z, p, j].astype("float32") * scale[kk] + offset[kk]
+            v = nanmath.relu(v) if relu else v
+            return v if whole else tirx.if_then_else(k < k_out, v, tirx.const(0.0, "float32"))
+        if out_block:
+            return te.compute(out, lambda b, p, y, z, j: value(b, p, j, y, z), name=self.name, tag="conv2d")
+        return te.compute(out, lambda b, k, y, z: value(b, k // bn, k % bn, y, z), name=self.name, tag="conv2d")
 
-    def reference(self, x, w, scale, offset, in_scale, in_zero_point, stride, padding, relu):
+    def reference(self, x, w, scale, offset, in_scale, in_zero_point, stride, padding, relu, in_block, out_block):
         panels, kh, kw, c4, bn, _ = w.shape
+        if in_block:
+            x = plain_array(x, min(x.shape[1] * in_block, c4 * 4))
         c, k = x.shape[1], scale.shape[0]
         wq = w.transpose(0, 4, 3, 5, 1, 2).reshape(panels * bn, c4 * 4, kh, kw)[:k, :c].astype(np.float64)
         xq = quantized_ref(x, in_scale, in_zero_point, "uint8").astype(np.float64)
@@ -105,13 +131,32 @@ class Conv2dInt8(Int8Product):
         xq = np.pad(xq, ((0, 0), (0, 0), (ph, ph), (pw, pw)), constant_values=in_zero_point)
         acc = _conv_nchw(xq, wq, stride, (0, 0), (1, 1), 1)  # integers below 2**53: exact in float64
         out = (acc.astype(np.float32) * scale[:, None, None] + offset[:, None, None]).astype(np.float32)
-        return np.maximum(out, 0) if relu else out
+        out = np.maximum(out, 0) if relu else out
+        return blocked_array(out, bn) if out_block else out
 
     def flops(self, shapes, **attrs):
         x, w, scale, offset = shapes
         out = self.infer_shape(x, w, scale, offset, **attrs)
-        dims = [static(d) for d in (*out, x[1], w[1], w[2])]
+        dims = [static(d) for d in (*out[:4], x[1], w[1], w[2])]
         if not all(isinstance(d, int) for d in dims):
             return 0.0
-        n, k, oh, ow, c, kh, kw = dims
-        return 2.0 * n * k * oh * ow * c * kh * kw
+        n, _, oh, ow, _, kh, kw = dims
+        c = 4 * static(w[3]) if attrs["in_block"] else static(x[1])  # a blocked input's C: the weight's
+        return 2.0 * n * static(scale[0]) * oh * ow * c * kh * kw
+
+
+def _fits(c: int, c4: int, in_block: int) -> bool:
+    """Whether x's C channels are what the weight's C4 blocks of 4 hold; a
+    blocked input holds C rounded up to its block, for some such C."""
+    if not in_block:
+        return 4 * (c4 - 1) < c <= 4 * c4
+    return -(-(4 * c4 - 3) // in_block) * in_block <= c <= -(-4 * c4 // in_block) * in_block
+
+
+def _channels(x: tuple, in_block: int):
+    """The channels x holds: C of NCHW; a blocked input's blocks times their
+    width (its last block's padding included: the weight's zeros meet it)."""
+    if not in_block:
+        return static(x[1])
+    b = static(x[1])
+    return b * in_block if isinstance(b, int) else b

@@ -15,7 +15,7 @@ EXPECTED = {
     "commutative": {"add", "multiply", "maximum", "equal"},
     "view": {"reshape"},
     "relu_attr": {"dense", "dense_packed", "dense_int8", "conv2d_int8"},
-    "channel_blocked": {"conv2d_packed", "conv2d_winograd", "depthwise_conv2d_packed"},
+    "channel_blocked": {"conv2d_packed", "conv2d_winograd", "depthwise_conv2d_packed", "conv2d_int8"},
     "pools_blocked": {"global_avg_pool2d"},
     "image_block_tasks": {"conv2d_winograd"},
     "in_task_prologue": {"conv2d_packed"},

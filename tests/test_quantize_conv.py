@@ -9,6 +9,7 @@ import pytest
 
 import kiln
 from kiln import nn
+from kiln.graph import optimize, trace
 from kiln.runtime import Predictor
 from kiln.runtime.device import cpu
 from kiln.te import get_op, sym
@@ -67,6 +68,10 @@ def test_a_cnns_convolutions_quantize_export_and_stay_close_to_float(tmp_path):
     assert eager.ravel() @ floats.ravel() / np.linalg.norm(eager) / np.linalg.norm(floats) > 0.995
     predictor = Predictor(kiln.export(quantized, calibration[0][:1], tmp_path / "cnn.so"))
     np.testing.assert_allclose(predictor(x), eager, rtol=1e-4, atol=1e-4)
+    # exported, the stem hands the body its output in channel blocks (graph.layout)
+    stem, body = (n for n in optimize(trace(quantized, x[:1]), kiln.cpu()).nodes if n.op.name == "conv2d_int8")
+    assert (stem.attrs["in_block"], stem.attrs["out_block"]) == (0, True)
+    assert (body.attrs["in_block"], body.attrs["out_block"]) == (16, False)
 
 
 def test_a_depthwise_convolution_stays_float_and_the_report_says_why():

@@ -3,14 +3,16 @@ output positions of one row and blocks of output channels, one ``vpdpbusd``
 per position, block and 4 input channels where the target has AVX-512 VNNI.
 
 The quantizing stage (``conv2d_int8_quantize``: the input as padded uint8
-(N, H, W, C)) runs first, parallel over its rows. A task then holds a tile of
+(N, H, W, C)) runs first, parallel over its rows; reading a channel-blocked
+input (``in_block``) it runs along contiguous channels, a vector at a time. A task then holds a tile of
 ``tile_w`` adjacent output positions of one output row x ``tile_p`` blocks
 of ``bn`` output channels, and steps over the taps and the channels 4 at a
 time: 4 uint8 of a position broadcast, multiplied with each block's (bn, 4)
 int8 weights and summed into its lanes (``int8_intrin.VNNI_16x4``; without
 VNNI the same loops as vectorized int32 arithmetic, exact and slower). The
-tile's outputs (float32 NCHW: the sums times ``scale`` plus ``offset``) are
-written within the task.
+tile's outputs (the sums times ``scale`` plus ``offset``) are written within
+the task: one vector store per position and block where the output is
+channel-blocked (``out_block``), a strided NCHW scatter where it is not.
 
 ``tile_w``    output positions of the register tile: a divisor of the output
               width, at most ``MAX_TILE_W``. Default: the most accumulators
@@ -28,6 +30,8 @@ from .int8 import dot_steps
 
 #: register tile bounds: 8 positions, 4 blocks, 24 of the 32 zmm registers as accumulators
 MAX_TILE_W, MAX_TILE_P, MAX_ACCUMULATORS = 8, 4, 24
+#: channels the quantizing stage converts at a time from a channel-blocked input
+QUANT_LANES = 16
 
 
 def default_tile(width: int, panels: int) -> tuple[int, int]:
@@ -51,10 +55,13 @@ def schedule_conv2d_int8(sch, block, cfg: Config) -> NotApplicable | None:
     par = cfg.define_knob("parallel", (0, 1), default=1)
 
     quant = sch.get_sblock("conv2d_int8_quantize")
-    b, y, *_ = sch.get_loops(quant)
+    b, y, _, ch = sch.get_loops(quant)
     rows = sch.fuse(b, y)
     if par:
         sch.parallel(rows)
+    lanes = const_int(workload.shapes[1][3]) * 4
+    if workload.attrs["in_block"] and lanes % QUANT_LANES == 0:
+        sch.vectorize(sch.split(ch, [None, QUANT_LANES])[1])
 
     acc = sch.get_sblock("conv2d_int8_acc")
     b, y, z, p, j, ky, kx, c4, r = sch.get_loops(acc)
@@ -65,5 +72,7 @@ def schedule_conv2d_int8(sch, block, cfg: Config) -> NotApplicable | None:
     if par:
         sch.parallel(task)
     sch.reverse_compute_at(block, task)
+    if workload.attrs["out_block"]:
+        sch.vectorize(sch.get_loops(block)[-1])  # the bn lanes of one position and block
     dot_steps(sch, acc, ky, (zi, pi), j, r, "avx512vnni" in cfg.target.isa and bn == 16)
     return None

@@ -1,11 +1,13 @@
 """Quantized inference: quantize / dequantize, dense_int8 on packed int8
 weights (K in blocks of 4 or with a tail, N in whole panels or not, one row
 to a batch's worth), and conv2d_int8 (1x1, 3x3 and a 7x7 stem, strides 1 and
-2, channels in blocks of 4 or with a tail, output channels past a panel)."""
+2, channels in blocks of 4 or with a tail, output channels past a panel,
+NCHW or in channel blocks in and out)."""
 import numpy as np
 
 from helpers import Case
 from kiln.te.quantize import pack_int8_weight
+from kiln.te.layout import blocked_array
 from kiln.te.quantize_conv import pack_conv_int8_weight
 
 
@@ -33,13 +35,18 @@ def _dense_case(m, k, n, bn=16, **attrs):
 
 def _conv(rng, shapes, dtypes):
     x, (panels, kh, kw, c4, bn, _), (k,), _ = shapes
-    w = pack_conv_int8_weight(rng.integers(-127, 128, (k, x[1], kh, kw)).astype(np.int8), bn)
-    return [rng.standard_normal(x).astype(np.float32), w, (rng.random(k) * 1e-3).astype(np.float32),
+    c = x[1] if len(x) == 4 else 4 * c4  # a blocked input: C as the weight holds it, the last block padded
+    w = pack_conv_int8_weight(rng.integers(-127, 128, (k, c, kh, kw)).astype(np.int8), bn)
+    data = rng.standard_normal((x[0], c, x[2], x[3])).astype(np.float32)
+    return [data if len(x) == 4 else blocked_array(data, x[4]), w, (rng.random(k) * 1e-3).astype(np.float32),
             rng.standard_normal(k).astype(np.float32)]
 
 
 def _conv_case(x, k, kernel, bn=16, **attrs):
+    """``x`` NCHW; with ``in_block`` the case's input is its (N, ceil(C / in_block), H, W, in_block) blocks."""
     shapes = [x, (-(-k // bn), kernel, kernel, -(-x[1] // 4), bn, 4), (k,), (k,)]
+    if attrs.get("in_block"):
+        shapes[0] = (x[0], -(-x[1] // attrs["in_block"]), x[2], x[3], attrs["in_block"])
     attrs = {"in_scale": 0.02, "in_zero_point": 131, **attrs}
     return Case("conv2d_int8", shapes, ["float32", "int8", "float32", "float32"], attrs=attrs, make=_conv, grad=False)
 
@@ -60,4 +67,8 @@ CASES = [
     _conv_case((2, 6, 10, 10), 20, 3, stride=(2, 2), padding=(1, 1), relu=True),  # 6 channels: a tail of 2
     _conv_case((1, 32, 7, 7), 48, 1),
     _conv_case((1, 3, 16, 16), 16, 7, stride=(2, 2), padding=(3, 3), in_zero_point=0),
+    # channel blocks in and out: C = 20 in blocks of 16 (the last padded), K = 24 past one panel of 16
+    _conv_case((2, 20, 9, 9), 24, 3, padding=(1, 1), in_block=16, out_block=True, relu=True),
+    _conv_case((1, 64, 6, 6), 32, 1, in_block=16),  # blocked in, NCHW out
+    _conv_case((1, 8, 8, 8), 32, 3, stride=(2, 2), padding=(1, 1), out_block=True),  # NCHW in, blocked out
 ]
