@@ -47,6 +47,7 @@ from .patterns import fuse_activations
 from .implement import implement
 from .ir import Graph
 from .layout import block_layouts
+from .requantize import requantize
 from .lower import build_module, kernel_nodes, node_workload
 from .module import compile_module
 from .trace import trace
@@ -66,7 +67,8 @@ def optimize(graph, target=None, winograd: bool = True):
     convolutions unless ``winograd=False``), carry channel-blocked
     layouts between the packed convolutions, fuse a global pool into the
     Winograd convolution it reads and a small direct convolution into the
-    Winograd convolution reading it."""
+    Winograd convolution reading it, and make a layer read only by int8
+    convolutions write their uint8 codes."""
     fuse_activations(graph)
     fold_transposes(graph)
     fuse_attention(graph)
@@ -77,6 +79,7 @@ def optimize(graph, target=None, winograd: bool = True):
     block_layouts(graph)
     fuse_pools(graph)
     fuse_prologues(graph)
+    requantize(graph)
     return graph
 
 

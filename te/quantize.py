@@ -17,7 +17,7 @@ from __future__ import annotations
 import numpy as np
 from tvm import te, tirx
 
-from ..errors import AttrError, ShapeError
+from ..errors import AttrError, DTypeError, ShapeError
 from . import attrs as A
 from . import nanmath
 from .registry import Op, register
@@ -112,6 +112,42 @@ class Dequantize(_Conversion):
         return ((x.astype(np.float32) - np.float32(zero_point)) * np.float32(scale)).astype(np.float32)
 
 
+@register
+class DequantizeAdd(Op):
+    """``x + dequantize(codes)``: float32 x plus quantized ``codes`` of the
+    same shape taken back to floats, ``(codes - zero_point) * scale`` — the
+    residual add of an int8 layer whose residual comes as the uint8 codes
+    its producer wrote (``graph.requantize``), in the layer's write-back."""
+
+    name = "dequantize_add"
+    differentiable = False
+    arity = 2
+    dtypes = ("float32", *QUANTIZED)
+    attrs = _QUANT_ATTRS
+
+    def infer_shape(self, x, codes, scale, zero_point, dtype):
+        _zero_point(self.name, {"zero_point": zero_point, "dtype": dtype})
+        if len(x) != len(codes) or not all(same_dim(a, b) for a, b in zip(x, codes)):
+            raise ShapeError(f"got x {shape_str(x)} and codes {shape_str(codes)}, expected the same shape",
+                             op=self.name, arg="codes")
+        return tuple(x)
+
+    def infer_dtype(self, x, codes, scale, zero_point, dtype):
+        if x != "float32" or codes != dtype:
+            raise DTypeError(f"got x {x} and codes {codes}, expected float32 and {dtype} (the dtype attribute)",
+                             op=self.name, arg="codes")
+        return "float32"
+
+    def compute(self, x, codes, scale, zero_point, dtype):
+        def value(*i):
+            residual = (codes(*i).astype("float32") - tirx.const(zero_point, "float32")) * tirx.const(scale, "float32")
+            return x(*i) + residual
+        return te.compute(x.shape, value, name=self.name, tag="injective")
+
+    def reference(self, x, codes, scale, zero_point, dtype):
+        return (x + Dequantize().reference(codes, scale, zero_point, dtype)).astype(np.float32)
+
+
 def pack_int8_weight(wq: np.ndarray, bn: int) -> np.ndarray:
     """An int8 (K, N) weight as ``dense_int8``'s blocks ``(ceil(N / bn),
     ceil(K / 4), bn, 4)``, zeros past K and N."""
@@ -132,14 +168,15 @@ class Int8Product(Op):
     differentiable = False
     arity = 4
     family = "int8"  # its own templates (schedules/cpu/int8*.py), not the float products'
-    operand_dtypes: tuple = ()
+    operand_dtypes: tuple = ()  # per operand a dtype, or a tuple of the dtypes it may have
 
     def check(self, shapes, dtypes=None, attrs=None):
         workload = super().check(shapes, dtypes, attrs)
-        want = self.operand_dtypes
-        if tuple(workload.dtypes) != want:
-            raise AttrError(f"got dtypes {', '.join(workload.dtypes)}, expected {', '.join(want)} (x, w, scale, "
-                            "offset)", op=self.name, arg="dtypes")
+        want = [w if isinstance(w, tuple) else (w,) for w in self.operand_dtypes]  # each: its dtypes allowed
+        if len(workload.dtypes) != len(want) or not all(d in w for d, w in zip(workload.dtypes, want)):
+            raise AttrError(f"got dtypes {', '.join(workload.dtypes)}, expected "
+                            f"{', '.join(' or '.join(w) for w in want)} (x, w, scale, offset)", op=self.name,
+                            arg="dtypes")
         return workload
 
 

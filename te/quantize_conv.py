@@ -14,7 +14,9 @@ as (N, ceil(C / c), H, W, c), so the 4 channels of a dot product are adjacent
 in the float input too; ``out_block`` writes (N, ceil(K / bn), OH, OW, bn),
 one ``bn``-wide vector per output position and block (the channels past K
 zero), and the layout pass (``graph.layout``) carries those blocks from one
-convolution to the next. The weight comes as ``pack_conv_int8_weight`` blocks (P, KH, KW, C4,
+convolution to the next. It is ``quantized_input``: x may come as uint8, the
+codes of ``in_scale`` and ``in_zero_point`` (a producer that wrote them,
+``graph.requantize``), which the first stage then only pads and lays out. The weight comes as ``pack_conv_int8_weight`` blocks (P, KH, KW, C4,
 bn, 4). Padding with the zero point makes a padded tap add ``zp * w``, which
 ``offset`` (``b - s_x s_w zp sum(w)``, over every tap) takes away again: the
 padding stands for 0.0 exactly as ``conv2d``'s zeros do.
@@ -48,13 +50,14 @@ def pack_conv_int8_weight(wq: np.ndarray, bn: int) -> np.ndarray:
 @register
 class Conv2dInt8(Int8Product):
     """``relu?(float(conv(quantize(x), w)) * scale[k] + offset[k])``: x float32
-    NCHW (N, C, H, W), w int8 in ``pack_conv_int8_weight``'s blocks, ``scale``
+    NCHW (N, C, H, W) (or uint8: ``quantize(x)`` already), w int8 in ``pack_conv_int8_weight``'s blocks, ``scale``
     and ``offset`` (K,) float32 per output channel."""
 
     name = "conv2d_int8"
     channel_blocked = True
-    dtypes = ("float32", "int8")
-    operand_dtypes = ("float32", "int8", "float32", "float32")
+    quantized_input = True
+    dtypes = ("float32", "uint8", "int8")
+    operand_dtypes = (("float32", "uint8"), "int8", "float32", "float32")
     attrs = {"in_scale": A.Attr(A.positive_float, doc="the input's quantization step"),
              "in_zero_point": A.Attr(A.integer, default=0, doc="the uint8 that stands for 0.0 in the input"),
              "stride": STRIDE, "padding": PADDING,
@@ -98,10 +101,17 @@ class Conv2dInt8(Int8Product):
         def read(b, ch, y, z):
             return x[b, ch // in_block, y, z, ch % in_block] if in_block else x[b, ch, y, z]
 
+        every = isinstance(c, int) and c4 * 4 <= c  # each of the C4 blocks' channels is one of x's
+
         def quantize(b, y, z, ch):
-            inside = tirx.all(y >= ph, y < h + ph, z >= pw, z < wd + pw, ch < c)
-            v = read(b, tirx.min(ch, c - 1), tirx.max(tirx.min(y - ph, h - 1), 0), tirx.max(tirx.min(z - pw, wd - 1), 0))
-            return tirx.if_then_else(inside, quantized(v, in_scale, in_zero_point, "uint8"), zero)
+            conditions = [y >= ph, y < h + ph, z >= pw, z < wd + pw] if ph or pw else []
+            if not every:
+                conditions.append(ch < c)
+            # where every channel is x's, a run of channels reads contiguous memory: a vector load
+            v = read(b, ch if every else tirx.min(ch, c - 1), tirx.max(tirx.min(y - ph, h - 1), 0) if ph else y,
+                     tirx.max(tirx.min(z - pw, wd - 1), 0) if pw else z)
+            code = v if x.dtype == "uint8" else quantized(v, in_scale, in_zero_point, "uint8")
+            return tirx.if_then_else(tirx.all(*conditions), code, zero) if conditions else code
         xq = te.compute((n, h + 2 * ph, wd + 2 * pw, c4 * 4), quantize, name="conv2d_int8_quantize", tag="injective")
         ry, rx = te.reduce_axis((0, kh), "ky"), te.reduce_axis((0, kw), "kx")
         rc, rr = te.reduce_axis((0, c4), "c4"), te.reduce_axis((0, 4), "r")
@@ -126,7 +136,7 @@ class Conv2dInt8(Int8Product):
             x = plain_array(x, min(x.shape[1] * in_block, c4 * 4))
         c, k = x.shape[1], scale.shape[0]
         wq = w.transpose(0, 4, 3, 5, 1, 2).reshape(panels * bn, c4 * 4, kh, kw)[:k, :c].astype(np.float64)
-        xq = quantized_ref(x, in_scale, in_zero_point, "uint8").astype(np.float64)
+        xq = (x if x.dtype == np.uint8 else quantized_ref(x, in_scale, in_zero_point, "uint8")).astype(np.float64)
         (ph, pw) = padding
         xq = np.pad(xq, ((0, 0), (0, 0), (ph, ph), (pw, pw)), constant_values=in_zero_point)
         acc = _conv_nchw(xq, wq, stride, (0, 0), (1, 1), 1)  # integers below 2**53: exact in float64

@@ -91,6 +91,10 @@ class Op:
     #: so it reads a channel-blocked input as it is, and in that layout a
     #: ``image_block_tasks`` producer can compute it in its tasks (``fuse_pools``).
     pools_blocked: bool = False
+    #: graph.requantize: quantizes its first input inside (attributes
+    #: ``in_scale``, ``in_zero_point``) and takes it as those uint8 codes
+    #: instead, so a producer read by such ops alone can write the codes.
+    quantized_input: bool = False
     #: graph.fuse: each parallel task of its kernel writes whole maps of one
     #: image's output channel block, so a pooling of its output (``fuse_pools``)
     #: and a producer of its input (``fuse_prologues``) can run in the task.

@@ -2,7 +2,8 @@
 weights (K in blocks of 4 or with a tail, N in whole panels or not, one row
 to a batch's worth), and conv2d_int8 (1x1, 3x3 and a 7x7 stem, strides 1 and
 2, channels in blocks of 4 or with a tail, output channels past a panel,
-NCHW or in channel blocks in and out)."""
+NCHW or in channel blocks in and out, float or uint8 codes in), and
+dequantize_add (a residual of uint8 or int8 codes)."""
 import numpy as np
 
 from helpers import Case
@@ -21,6 +22,10 @@ def _codes(rng, shapes, dtypes):
     return [rng.integers(np.iinfo(dtypes[0]).min, np.iinfo(dtypes[0]).max + 1, shapes[0]).astype(dtypes[0])]
 
 
+def _residual(rng, shapes, dtypes):
+    return [rng.standard_normal(shapes[0]).astype(np.float32), _codes(rng, shapes[1:], dtypes[1:])[0]]
+
+
 def _dense(rng, shapes, dtypes):
     (m, k), (panels, k4, bn, _), (n,), _ = shapes
     x = rng.integers(0, 256, (m, k)).astype(np.uint8)
@@ -37,18 +42,19 @@ def _conv(rng, shapes, dtypes):
     x, (panels, kh, kw, c4, bn, _), (k,), _ = shapes
     c = x[1] if len(x) == 4 else 4 * c4  # a blocked input: C as the weight holds it, the last block padded
     w = pack_conv_int8_weight(rng.integers(-127, 128, (k, c, kh, kw)).astype(np.int8), bn)
-    data = rng.standard_normal((x[0], c, x[2], x[3])).astype(np.float32)
+    data = rng.standard_normal((x[0], c, x[2], x[3])).astype(np.float32) if dtypes[0] == "float32" else \
+        rng.integers(0, 256, (x[0], c, x[2], x[3])).astype(np.uint8)  # uint8: the input's codes
     return [data if len(x) == 4 else blocked_array(data, x[4]), w, (rng.random(k) * 1e-3).astype(np.float32),
             rng.standard_normal(k).astype(np.float32)]
 
 
-def _conv_case(x, k, kernel, bn=16, **attrs):
+def _conv_case(x, k, kernel, bn=16, x_dtype="float32", **attrs):
     """``x`` NCHW; with ``in_block`` the case's input is its (N, ceil(C / in_block), H, W, in_block) blocks."""
     shapes = [x, (-(-k // bn), kernel, kernel, -(-x[1] // 4), bn, 4), (k,), (k,)]
     if attrs.get("in_block"):
         shapes[0] = (x[0], -(-x[1] // attrs["in_block"]), x[2], x[3], attrs["in_block"])
     attrs = {"in_scale": 0.02, "in_zero_point": 131, **attrs}
-    return Case("conv2d_int8", shapes, ["float32", "int8", "float32", "float32"], attrs=attrs, make=_conv, grad=False)
+    return Case("conv2d_int8", shapes, [x_dtype, "int8", "float32", "float32"], attrs=attrs, make=_conv, grad=False)
 
 
 CASES = [
@@ -71,4 +77,11 @@ CASES = [
     _conv_case((2, 20, 9, 9), 24, 3, padding=(1, 1), in_block=16, out_block=True, relu=True),
     _conv_case((1, 64, 6, 6), 32, 1, in_block=16),  # blocked in, NCHW out
     _conv_case((1, 8, 8, 8), 32, 3, stride=(2, 2), padding=(1, 1), out_block=True),  # NCHW in, blocked out
+    # the input as uint8 codes (graph.requantize), NCHW and blocked
+    _conv_case((1, 8, 9, 9), 16, 3, x_dtype="uint8", padding=(1, 1)),
+    _conv_case((2, 32, 5, 5), 16, 1, x_dtype="uint8", in_block=16, out_block=True, relu=True),
+    Case("dequantize_add", [(2, 3, 5, 4), (2, 3, 5, 4)], ["float32", "uint8"], attrs={"scale": 0.05, "zero_point": 3},
+         make=_residual, grad=False),
+    Case("dequantize_add", [(7, 33), (7, 33)], ["float32", "int8"],
+         attrs={"scale": 0.5, "zero_point": -2, "dtype": "int8"}, make=_residual, grad=False),
 ]
