@@ -17,8 +17,9 @@ from pathlib import Path
 
 
 from ..errors import FrontendError
-from . import onnx_math, onnx_nn, onnx_quant, onnx_shape  # noqa: F401 - register the converters
+from . import onnx_contrib, onnx_math, onnx_nn, onnx_qoperator, onnx_quant, onnx_shape  # noqa: F401 - converters
 from .onnx_qdq import fuse_qdq, scale_inputs
+from .onnx_qoperator import fuse_qoperator, op_name
 from .onnx_quant import FUSED
 from .onnx_table import CONVERTERS, Node
 from .program import ImportedModel, InputSpec, Step, parameter
@@ -34,7 +35,8 @@ def supported_onnx_ops() -> list[str]:
     Returns
     -------
     list of str
-        The op types of the default domain, sorted (``kiln ops --onnx``).
+        The op types, sorted (``kiln ops --onnx``); those of another domain
+        than ONNX's own prefixed with it (``com.microsoft.QGemm``).
     """
     return sorted(CONVERTERS)
 
@@ -106,7 +108,7 @@ def check_ops(nodes) -> None:
     """Refuse every op type kiln has no converter for, all at once."""
     unknown: dict = {}
     for k, node in enumerate(nodes):
-        op = node.op_type if node.domain in ("", "ai.onnx") else f"{node.domain}.{node.op_type}"
+        op = op_name(node)
         if op not in CONVERTERS:
             unknown.setdefault(op, []).append(node.name or f"#{k}")
     if unknown:
@@ -238,13 +240,15 @@ def from_onnx(model, input_shapes=None, target=None) -> ImportedModel:
     for out in graph.output:
         _value_dtype(out, "output")
     from ..runtime.device import as_target
-    nodes, fused, qdq = fuse_qdq(list(graph.node), arrays, [o.name for o in graph.output],
-                                 "avx512vnni" in as_target(target).isa)
+    dot = "avx512vnni" in as_target(target).isa
+    nodes, fused, qdq = fuse_qdq(list(graph.node), arrays, [o.name for o in graph.output], dot)
+    nodes, qoperator = fuse_qoperator(nodes, arrays, dot)
+    qdq += qoperator
     constants.update(fused)
     steps = []
     for k, node in enumerate(nodes):
         info = Node(node.op_type, node.name or f"{node.op_type}_{k}", _attrs(node), opset, len(node.output))
-        fn = FUSED[node.op_type] if node.domain == "kiln" else CONVERTERS[node.op_type]
+        fn = FUSED[node.op_type] if node.domain == "kiln" else CONVERTERS[op_name(node)]
         steps.append(Step(functools.partial(_convert, fn, info), node.input, node.output, info.name, node.op_type))
     model = ImportedModel(steps, inputs, [o.name for o in graph.output], params, buffers, constants, "onnx")
     model.qdq = qdq

@@ -18,11 +18,16 @@ import numpy as np
 FUSABLE = {"Conv": "QDQConv", "MatMul": "QDQMatMul", "Gemm": "QDQMatMul"}
 
 
+#: the inputs of quantized ops that are scales or zero points
+SCALE_INPUTS = {"QuantizeLinear": (1, 2), "DequantizeLinear": (1, 2), "QLinearConv": (1, 2, 4, 5, 6, 7),
+                "QLinearMatMul": (1, 2, 4, 5, 6, 7), "QGemm": (1, 2, 4, 5, 7, 8), "QLinearAdd": (1, 2, 4, 5, 6, 7),
+                "QLinearGlobalAveragePool": (1, 2, 3, 4)}
+
+
 def scale_inputs(nodes) -> set:
-    """Initializer names read as a QuantizeLinear/DequantizeLinear scale or
-    zero point: constants, not trained weights."""
-    return {n.input[i] for n in nodes if n.op_type in ("QuantizeLinear", "DequantizeLinear")
-            for i in (1, 2) if len(n.input) > i and n.input[i]}
+    """Initializer names read as a quantized op's scale or zero point:
+    constants, not trained weights."""
+    return {n.input[i] for n in nodes for i in SCALE_INPUTS.get(n.op_type, ()) if len(n.input) > i and n.input[i]}
 
 
 class _Graph:

@@ -14,7 +14,7 @@ from . import attrs as A
 from .grad import unbroadcast
 from .oprefs import op_ref
 from .registry import Op, register
-from .shapes import (broadcast_index, broadcast_shapes, canonical, dtype_of, index_dim, is_static, normalize_axes, shape_str,
+from .shapes import (DTYPES, broadcast_index, broadcast_shapes, canonical, dtype_of, index_dim, is_static, normalize_axes, shape_str,
                      size, static)
 
 # the gradients' ops that have no operator (see oprefs)
@@ -53,6 +53,7 @@ def _ravel(indices, shape):
 class Reshape(Op):
     name = "reshape"
     view = True
+    dtypes = (*DTYPES, "uint8", "int8")  # a quantized model's codes reshape too (a view: nothing computed)
     grad_inputs = ()
     grad_output = False
     attrs = {"shape": A.Attr(_int_shape, doc="the new shape; one dim may be -1")}

@@ -104,12 +104,14 @@ def _stage_loops(sch, pack, lanes: int) -> list | None:
 def _task_loops(sch, pack, task) -> list | None:
     """The copy computed in ``task``, for its block of channels; its four
     loops below the task, or None where a dim of one (a single input
-    channel) left no loop: the copy then stays in order, vectorized."""
+    channel) left no loop: the copy then stays in order, vectorized (a
+    block of one weight, a 1x1 kernel of one channel in and out, no loop at all)."""
     sch.compute_at(pack, task)
     own = sch.get_loops(pack)[1:]
     if len(own) == 4:
         return own
-    sch.vectorize(own[-1])
+    if own:
+        sch.vectorize(own[-1])
     return None
 
 

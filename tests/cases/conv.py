@@ -9,6 +9,7 @@ CASES = [
     Case("conv2d", [(2, 1, 5, 7), (2, 1, 3, 3)], attrs={"stride": 2, "padding": 1}),
     Case("conv2d", [(1, 2, 6, 5), (2, 2, 3, 2)], attrs={"stride": (2, 1), "padding": (1, 0)}),
     Case("conv2d", [(1, 1, 8, 8), (2, 1, 3, 3)], attrs={"stride": 3}),
+    Case("conv2d", [(1, 1, 7, 7), (1, 1, 1, 1)]),  # a weight of one value: its copy has no loop
     Case("conv2d", [(1, 2, 7, 7), (2, 2, 2, 2)], attrs={"dilation": 2, "padding": 2}),
     Case("conv2d", [(1, 1, 9, 7), (2, 1, 3, 2)], attrs={"stride": 2, "dilation": (2, 3), "padding": 1}),
     Case("conv2d", [(1, 3, 4, 4), (2, 3, 1, 1)], "float64"),
