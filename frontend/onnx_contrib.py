@@ -15,7 +15,7 @@ from . import ops
 from .onnx_qoperator import dequantized, floats, requantized
 from .onnx_quant import _scalar
 from .onnx_table import converter
-from .values import known, shape_of
+from .values import is_kiln, kiln_dtype, known, shape_of
 
 MS = "com.microsoft."
 
@@ -43,8 +43,13 @@ def qgemm(node, a, a_scale, a_zp, b, b_scale, b_zp, bias=None, y_scale=None, y_z
 @converter(MS + "QLinearAdd")
 def qlinear_add(node, a, a_scale, a_zp, b, b_scale, b_zp, y_scale, y_zp):
     af = dequantized(a, _scalar(a_scale, node, "A_scale"), a_zp, -1)
-    bf = dequantized(b, _scalar(b_scale, node, "B_scale"), b_zp, -1)
-    return requantized(node, ops.binary("add", af, bf), y_scale, y_zp)
+    sb = _scalar(b_scale, node, "B_scale")
+    if is_kiln(b) and shape_of(a) == shape_of(b):  # b's codes taken back to floats inside the add (a residual)
+        zb = np.zeros((), kiln_dtype(b)) if b_zp is None else _scalar(b_zp, node, "B_zero_point")
+        y = call("dequantize_add", af, b, scale=float(sb), zero_point=int(zb), dtype=kiln_dtype(b))
+    else:
+        y = ops.binary("add", af, dequantized(b, sb, b_zp, -1))
+    return requantized(node, y, y_scale, y_zp)
 
 
 @converter(MS + "QLinearGlobalAveragePool")

@@ -170,6 +170,10 @@ def _along(v, axis: int, ndim: int) -> np.ndarray:
 def dequantized(x, scale, zero_point, axis: int, dtype: str = "float32"):
     """``(x - zero_point) * scale`` in ``dtype``; a vector of scales (and zero points) along ``axis``."""
     ndim = len(shape_of(x))
+    if is_kiln(x) and kiln_dtype(x) in ("uint8", "int8") and dtype == "float32" and scale is not None:
+        s, z = _along(scale, axis, ndim), _along(0 if zero_point is None else zero_point, axis, ndim)
+        if s.size == 1 and z.size == 1:  # one scale: the dequantize op, which fuses into its producer
+            return call("dequantize", x, scale=float(s), zero_point=int(z), dtype=kiln_dtype(x))
     v = floats(x, dtype)
     if zero_point is not None:
         v = ops.binary("subtract", v, floats(_along(zero_point, axis, ndim), dtype))

@@ -68,6 +68,7 @@ class _Conversion(Op):
     kept, the zero point checked against the quantized dtype."""
 
     differentiable = False
+    elementwise = True  # fused into its producer's write-back: a layer writing codes
     attrs = _QUANT_ATTRS
 
     def infer_shape(self, x, **attrs):
@@ -121,6 +122,7 @@ class DequantizeAdd(Op):
 
     name = "dequantize_add"
     differentiable = False
+    elementwise = True
     arity = 2
     dtypes = ("float32", *QUANTIZED)
     attrs = _QUANT_ATTRS

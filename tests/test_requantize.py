@@ -52,8 +52,8 @@ def test_layers_read_by_int8_convolutions_write_their_codes_and_a_residual_is_de
     assert [op.name for op, _, _ in b.epilogue].count("dequantize_add") == 1
     _, attrs, (codes,) = next(e for e in b.epilogue if e[0].name == "dequantize_add")
     assert codes is stem.outputs[0] and attrs["scale"] == a.attrs["in_scale"]
-    # b's output is read by the float head (a dense of floats): it stays float
-    assert b.outputs[0].dtype == "float32"
+    # b's output is read by the int8 head's own quantize, an elementwise op: it joins b's write-back
+    assert b.outputs[0].dtype == "uint8" and b.epilogue[-1][0].name == "quantize"
 
 
 def test_the_module_with_codes_between_layers_computes_what_the_quantized_model_does(tmp_path):
