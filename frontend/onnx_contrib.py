@@ -1,7 +1,8 @@
 """ONNX Runtime's quantized contrib ops (domain ``com.microsoft``) that its
 ``quantize_static`` writes in the QOperator form beside ``QLinearConv`` and
-``QLinearMatMul``: ``QGemm``, ``QLinearAdd`` and
-``QLinearGlobalAveragePool``. A ``QGemm`` with a uint8 input and an int8
+``QLinearMatMul``: ``QGemm``, ``QLinearAdd``, ``QLinearMul``,
+``QLinearGlobalAveragePool``, ``QLinearSoftmax``, ``QLinearSigmoid`` and
+``QLinearLeakyRelu``. A ``QGemm`` with a uint8 input and an int8
 initializer weight (``onnx_qoperator.int8_reason``) runs as ``dense_int8``;
 the rest compute what the op defines on the dequantized float path: the
 inputs dequantized, the float op, the output quantized.
@@ -49,6 +50,37 @@ def qlinear_add(node, a, a_scale, a_zp, b, b_scale, b_zp, y_scale, y_zp):
         y = call("dequantize_add", af, b, scale=float(sb), zero_point=int(zb), dtype=kiln_dtype(b))
     else:
         y = ops.binary("add", af, dequantized(b, sb, b_zp, -1))
+    return requantized(node, y, y_scale, y_zp)
+
+
+@converter(MS + "QLinearMul")
+def qlinear_mul(node, a, a_scale, a_zp, b, b_scale, b_zp, y_scale, y_zp):
+    af = dequantized(a, _scalar(a_scale, node, "A_scale"), a_zp, -1)
+    bf = dequantized(b, _scalar(b_scale, node, "B_scale"), b_zp, -1)
+    return requantized(node, ops.binary("multiply", af, bf), y_scale, y_zp)
+
+
+@converter(MS + "QLinearSoftmax")
+def qlinear_softmax(node, x, x_scale, x_zp, y_scale, y_zp):
+    """Softmax of the dequantized input over ``axis``, with the semantics of
+    the ``opset`` the op records (before 13: over the dims from ``axis`` on)."""
+    xf = dequantized(x, _scalar(x_scale, node, "X_scale"), x_zp, -1)
+    rank = len(shape_of(x))
+    if int(node.attr("opset", 13)) >= 13:
+        y = call("softmax", xf, axis=int(node.attr("axis", -1)) % rank)
+    else:
+        axis = int(node.attr("axis", 1)) % rank
+        y = ops.reshape(call("softmax", ops.flatten(xf, axis), axis=1), shape_of(x))
+    return requantized(node, y, y_scale, y_zp)
+
+
+@converter(MS + "QLinearSigmoid", MS + "QLinearLeakyRelu")
+def qlinear_activation(node, x, x_scale, x_zp, y_scale, y_zp):
+    xf = dequantized(x, _scalar(x_scale, node, "X_scale"), x_zp, -1)
+    if node.op_type == "QLinearSigmoid":
+        y = call("sigmoid", xf)
+    else:
+        y = call("leaky_relu", xf, alpha=float(node.attr("alpha", 0.01)))
     return requantized(node, y, y_scale, y_zp)
 
 

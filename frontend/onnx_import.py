@@ -19,7 +19,7 @@ from pathlib import Path
 from ..errors import FrontendError
 from . import onnx_contrib, onnx_math, onnx_nn, onnx_qoperator, onnx_quant, onnx_shape  # noqa: F401 - converters
 from .onnx_qdq import fuse_qdq, scale_inputs
-from .onnx_qoperator import fuse_qoperator, op_name
+from .onnx_qoperator import fuse_qoperator, op_name, through_floats
 from .onnx_quant import FUSED
 from .onnx_table import CONVERTERS, Node
 from .program import ImportedModel, InputSpec, Step, parameter
@@ -174,8 +174,9 @@ def _input_specs(graph, initializers, input_shapes) -> list:
 
 
 def _convert(converter, node, *values):
-    """A converter's result, bare numbers made static arrays (``as_value``)."""
-    return as_value(converter(node, *values))
+    """A converter's result, bare numbers made static arrays (``as_value``);
+    a quantized model's codes moved by a value-moving op as floats."""
+    return as_value(through_floats(converter, node, *values))
 
 
 def _identifier(name: str) -> str:

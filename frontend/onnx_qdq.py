@@ -21,7 +21,8 @@ FUSABLE = {"Conv": "QDQConv", "MatMul": "QDQMatMul", "Gemm": "QDQMatMul"}
 #: the inputs of quantized ops that are scales or zero points
 SCALE_INPUTS = {"QuantizeLinear": (1, 2), "DequantizeLinear": (1, 2), "QLinearConv": (1, 2, 4, 5, 6, 7),
                 "QLinearMatMul": (1, 2, 4, 5, 6, 7), "QGemm": (1, 2, 4, 5, 7, 8), "QLinearAdd": (1, 2, 4, 5, 6, 7),
-                "QLinearGlobalAveragePool": (1, 2, 3, 4)}
+                "QLinearMul": (1, 2, 4, 5, 6, 7), "QLinearGlobalAveragePool": (1, 2, 3, 4),
+                "QLinearSoftmax": (1, 2, 3, 4), "QLinearSigmoid": (1, 2, 3, 4), "QLinearLeakyRelu": (1, 2, 3, 4)}
 
 
 def scale_inputs(nodes) -> set:

@@ -98,6 +98,36 @@ def fuse_qoperator(nodes, arrays: dict, dot: bool) -> tuple[list, list]:
     return out, report
 
 
+#: ops that move values without computing on them: a quantized model's codes
+#: pass through them as floats, exactly (``through_floats``)
+MOVES_VALUES = {"Gather", "Transpose", "Concat", "Slice", "Squeeze", "Unsqueeze", "Split", "Expand", "Flatten",
+                "Identity", "Tile"}
+
+
+def _codes_dtype(value) -> str | None:
+    dtype = kiln_dtype(value) if is_kiln(value) else str(np.asarray(value).dtype) if value is not None else None
+    return dtype if dtype in ("uint8", "int8") else None
+
+
+def through_floats(converter, node, *values):
+    """``converter`` (of a ``MOVES_VALUES`` op) on uint8/int8 codes: each as
+    float32 (every such integer is one), each output as codes again; other
+    values (indices, shapes) as they are."""
+    dtypes = {d for d in map(_codes_dtype, values) if d}
+    if node.op_type not in MOVES_VALUES or len(dtypes) != 1:
+        return converter(node, *values)
+    (dtype,) = dtypes
+    result = converter(node, *(floats(v) if _codes_dtype(v) else v for v in values))
+    back = [_bytes_of(r, dtype) for r in (result if isinstance(result, (list, tuple)) else [result])]
+    return back if isinstance(result, (list, tuple)) else back[0]
+
+
+def _bytes_of(v, dtype: str):
+    if not is_kiln(v):
+        return np.asarray(v).astype(dtype)
+    return call("quantize", v, scale=1.0, zero_point=0, dtype=dtype)
+
+
 def _step(x_scale, w_scale, channels: int) -> np.ndarray:
     return float(x_scale) * np.broadcast_to(np.asarray(w_scale, np.float64).reshape(-1), (channels,))
 
@@ -241,6 +271,4 @@ def _clipped(v):
 
 def _bytes(v):
     """Whole numbers in 0..255 as uint8."""
-    if not is_kiln(v):
-        return np.asarray(v).astype(np.uint8)
-    return call("quantize", v, scale=1.0, zero_point=0, dtype="uint8")
+    return _bytes_of(v, "uint8")

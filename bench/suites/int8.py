@@ -14,7 +14,9 @@ against kiln float (the speed-up: ``SPEEDUP`` on a CPU with AVX-512 VNNI, else
 its float output and to ONNX Runtime's int8 output; and ONNX Runtime's QDQ
 file itself imported by ``kiln.frontend.from_onnx`` (its products fused into
 kiln's int8 kernels, ``frontend/onnx_qdq.py``) against ONNX Runtime on that
-file (target 1.0), with the cosine of their outputs.
+file (target 1.0), with the cosine of their outputs; and likewise ONNX
+Runtime's QOperator file of the same model (``QLinearConv``, ``QGemm``,
+``QLinearAdd``...: ``frontend/onnx_qoperator.py``) against ONNX Runtime on it.
 
 ``--quick`` runs a 2-layer BERT of width 64 on 16 tokens at batch 1.
 """
@@ -44,8 +46,8 @@ def cosine(a, b) -> float:
     return float(a @ b / max(np.linalg.norm(a) * np.linalg.norm(b), 1e-300))
 
 
-def _ort_int8(path: str, batches: list[dict]) -> str:
-    """ONNX Runtime's ``quantize_static`` of ``path`` (QDQ, per channel, minmax) on ``batches``."""
+def _ort_int8(path: str, batches: list[dict], form: str = "QDQ") -> str:
+    """ONNX Runtime's ``quantize_static`` of ``path`` (``form`` QDQ or QOperator, per channel, minmax) on ``batches``."""
     from onnxruntime.quantization import CalibrationDataReader, QuantFormat, QuantType, quantize_static
     from onnxruntime.quantization.shape_inference import quant_pre_process
 
@@ -56,10 +58,10 @@ def _ort_int8(path: str, batches: list[dict]) -> str:
         def get_next(self):
             return next(self.items, None)
 
-    prepared, out = path[:-5] + "_pre.onnx", path[:-5] + "_int8.onnx"
+    prepared, out = path[:-5] + "_pre.onnx", path[:-5] + f"_{form}.onnx"
     logging.getLogger().setLevel(logging.ERROR)  # its per-tensor warnings
     quant_pre_process(path, prepared)
-    quantize_static(prepared, out, Reader(), quant_format=QuantFormat.QDQ, per_channel=True,
+    quantize_static(prepared, out, Reader(), quant_format=getattr(QuantFormat, form), per_channel=True,
                     activation_type=QuantType.QUInt8, weight_type=QuantType.QInt8)
     return out
 
@@ -84,21 +86,31 @@ def _build(name: str, quick: bool, folder: str, threads: int) -> dict:
     start = time.perf_counter()
     qdq = from_onnx(qdq_path)
     qdq_module = Predictor(export(qdq, example, path[:-5] + "_qdq.so"))
-    fused = sum(kind == "int8" for _, _, kind, _ in qdq.qdq)
+    qdq_extra = {"import + export s": round(time.perf_counter() - start, 1),
+                 "int8 layers": f"{sum(k == 'int8' for _, _, k, _ in qdq.qdq)}/{len(qdq.qdq)}"}
+    qop_path = _ort_int8(path, calibration, "QOperator")
+    start = time.perf_counter()
+    qop = from_onnx(qop_path)
+    qop_module = Predictor(export(qop, example, path[:-5] + "_qop.so"))
+    qop_extra = {"import + export s": round(time.perf_counter() - start, 1),
+                 "int8 layers": f"{sum(k == 'int8' for _, _, k, _ in qop.qdq)}/{len(qop.qdq)}"}
     layers = sum(r.kind == "int8" for r in quantized.report)
     return {"kind": kind, "size": size, "vocab": vocab, "float": float_module, "int8": int8_module, "ort": session,
             "qdq": qdq_module, "extra": {"float export s": round(float_s, 1), "quantize + export s": round(int8_s, 1),
                                          "int8 layers": f"{layers}/{len(quantized.report)}"},
-            "qdq extra": {"import + export s": round(time.perf_counter() - start, 1),
-                          "int8 layers": f"{fused}/{len(qdq.qdq)}"}}
+            "qdq extra": qdq_extra, "qop": qop_module, "ort qop": models.ort_session(qop_path, threads),
+            "qop extra": qop_extra}
 
 
 def _rows(name: str, batch: int, parts: dict, repeat: int, vnni: bool) -> list[dict]:
     arrays = models.inputs(parts["kind"], parts["size"], batch, parts["vocab"])
     kiln_float, kiln_int8, session, qdq = parts["float"], parts["int8"], parts["ort"], parts["qdq"]
+    qop, ort_qop = parts["qop"], parts["ort qop"]
     f, q, o, d = kiln_float(**arrays), kiln_int8(**arrays), session.run(None, arrays)[0], qdq(**arrays)
+    p, op = qop(**arrays), ort_qop.run(None, arrays)[0]
     samplers = {"int8": calls_sampler(lambda: kiln_int8(**arrays)), "float": calls_sampler(lambda: kiln_float(**arrays)),
-                "ort": calls_sampler(lambda: session.run(None, arrays)), "qdq": calls_sampler(lambda: qdq(**arrays))}
+                "ort": calls_sampler(lambda: session.run(None, arrays)), "qdq": calls_sampler(lambda: qdq(**arrays)),
+                "qop": calls_sampler(lambda: qop(**arrays)), "ort qop": calls_sampler(lambda: ort_qop.run(None, arrays))}
     sides = compare(samplers, repeat)
     extra = dict(parts["extra"], **{"cosine to float": round(cosine(q, f), 5),
                                     "cosine to ORT int8": round(cosine(q, o), 5),
@@ -110,7 +122,10 @@ def _rows(name: str, batch: int, parts: dict, repeat: int, vnni: bool) -> list[d
             make_row(workload, "ms", sides["int8"], "kiln float", sides["float"], speedup, extra=extra,
                      note=None if vnni else "no AVX-512 VNNI: kiln.quantize keeps every layer float here"),
             make_row(f"{name} ONNX Runtime's QDQ file, batch {batch}", "ms", sides["qdq"], "ONNX Runtime int8",
-                     sides["ort"], TARGET, extra=qdq_extra)]
+                     sides["ort"], TARGET, extra=qdq_extra),
+            make_row(f"{name} ONNX Runtime's QOperator file, batch {batch}", "ms", sides["qop"],
+                     "ONNX Runtime on it", sides["ort qop"], TARGET,
+                     extra=dict(parts["qop extra"], **{"cosine to ORT int8": round(cosine(p, op), 5)}))]
 
 
 def run(context, repeat: int, quick: bool = False) -> list[dict]:
