@@ -37,7 +37,7 @@ def main() -> None:
         q = kiln.build("conv2d_int8", [x.shape, w.shape, (k,), (k,)], ["float32", "int8", "float32", "float32"],
                        attrs=attrs)
         want = get_op("conv2d_int8").reference(x, w, scale, offset, relu=False, in_block=0, out_block=False,
-                                                  **attrs)
+                                                  weight_bits=8, **attrs)
         assert np.abs(np.asarray(q(x, w, scale, offset)) - want).max() <= 1e-3 * np.abs(want).max()
         f = kiln.build("conv2d", [x.shape, wq.shape], attrs={"stride": (s, s), "padding": (p, p)})
         wf = wq.astype(np.float32)

@@ -14,6 +14,9 @@ from __future__ import annotations
 
 import numpy as np
 
+#: why a file's int8 products stay float on a CPU without AVX-512 VNNI
+NO_VNNI = ("the target has no AVX-512 VNNI: the file's 8-bit weights would saturate AVX2's vpmaddubsw (kiln.quantize "
+           "gives it 7-bit ones), and int8 in int32 arithmetic runs about 5x slower than float")
 #: ops whose QDQ form runs as an int8 kernel, and the fused op type each becomes
 FUSABLE = {"Conv": "QDQConv", "MatMul": "QDQMatMul", "Gemm": "QDQMatMul"}
 
@@ -101,10 +104,8 @@ def fuse_qdq(nodes, arrays: dict, outputs, dot: bool = True) -> tuple[list, dict
     ``(node name, op type, "int8" or "float", why)`` per Conv/MatMul/Gemm
     with a DequantizeLinear input. ``dot``: whether the target has an 8-bit
     dot product; without one nothing fuses (int8 would run slower than the
-    dequantized float path, ``nn/quantized.py``'s ``NO_DOT``)."""
+    dequantized float path, ``NO_VNNI``)."""
     from onnx import helper
-
-    from ..nn.quantized import NO_DOT
 
     graph, fused, constants, report = _Graph(nodes, arrays), [], {}, []
     for node in nodes:
@@ -114,7 +115,7 @@ def fuse_qdq(nodes, arrays: dict, outputs, dot: bool = True) -> tuple[list, dict
             fused.append(node)
             continue
         attrs = {a.name: helper.get_attribute_value(a) for a in node.attribute}
-        why = None if dot else NO_DOT
+        why = None if dot else NO_VNNI
         if node.op_type == "Conv" and (attrs.get("group", 1) != 1 or any(d != 1 for d in attrs.get("dilations", []))
                                        or len(arrays.get(node.input[1], np.zeros((1, 1, 1, 1))).shape) != 4):
             why = "a grouped, dilated or non-2-D convolution"

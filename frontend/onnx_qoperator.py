@@ -30,6 +30,7 @@ from ..te.quantize_conv import pack_conv_int8_weight
 from ..nn.quantized_ops import PANEL, offset
 from . import ops
 from .onnx_nn import _conv_geometry
+from .onnx_qdq import NO_VNNI
 from .onnx_quant import _fused, _scalar
 from .onnx_table import converter
 from .values import is_kiln, kiln_dtype, known, materialize, shape_of
@@ -50,9 +51,8 @@ def int8_reason(node, arrays: dict, dot: bool) -> str | None:
     None where it runs as int8 kernels; ``arrays``: the initializers by name."""
     from onnx import helper
 
-    from ..nn.quantized import NO_DOT
     if not dot:
-        return NO_DOT
+        return NO_VNNI
     attrs = {a.name: helper.get_attribute_value(a) for a in node.attribute}
     const = [arrays.get(name) if name else None for name in node.input]
     get = [None if i is None or i >= len(const) else const[i] for i in FUSABLE[op_name(node)]]

@@ -44,6 +44,10 @@ from .ir import Graph, Node, Value
 
 RELU = get_op("relu")
 RESHAPE = get_op("reshape")
+#: the most saturating ops (``Op.saturates``: ``quantize``) one epilogue chains: each is a clamp of a
+#: rounding of what came before, and TVM's simplifier takes time exponential in how many are nested (a QDQ
+#: model's GELU, every op of it between QuantizeLinear and DequantizeLinear, would not compile)
+MAX_SATURATING = 2
 #: the most bytes of a prologue's output per image (``fuse_prologues``)
 PROLOGUE_BYTES = 16 << 10
 
@@ -130,7 +134,8 @@ def fuse_epilogues(graph: Graph) -> int:
     for node in list(graph.nodes):
         while node in graph.nodes:
             user = _absorbable(graph, node)
-            if user is None:
+            if user is None or user.op.saturates and sum(op.saturates for op, _, _ in node.epilogue) >= \
+                    MAX_SATURATING:
                 break
             if node.op.relu_attr and user.op is RELU and not node.attrs["relu"] and not node.epilogue:
                 node.attrs = {**node.attrs, "relu": True}

@@ -95,7 +95,8 @@ class QuantizedModel(Module):
                 lines.append(f"{r.name:<{width}} {'float':<6} ({r.why})")
                 continue
             lines.append(f"{r.name:<{width}} {'int8':<6} {r.in_scale:>10.3g} {r.in_zero_point:>4} "
-                         f"{r.weight_scales[0]:>10.3g}-{r.weight_scales[1]:<10.3g} {r.error:>9.2e}")
+                         f"{r.weight_scales[0]:>10.3g}-{r.weight_scales[1]:<10.3g} {r.error:>9.2e}"
+                         + (f" ({r.why})" if r.why else ""))
         return "\n".join(lines)
 
 
@@ -125,10 +126,23 @@ def _batches(calibration, where: str) -> list:
 
 #: the rows of a dense layer's first calibration input its reported error is measured on (a conv: one example)
 ERROR_ROWS = 256
-#: why a layer stays float on a CPU without an 8-bit dot product (measured on znver3 code: 64 x 512 -> 256
-#: 0.62 ms int8 against 0.11 float; 1024 x 768 -> 768 43.7 against 8.3)
-NO_DOT = ("the target has no 8-bit dot-product instruction (AVX-512 VNNI): int8 would run about 5x slower "
-          "than float there")
+#: why a layer stays float on a CPU without an 8-bit dot product (neither AVX-512 VNNI nor AVX2; int8 in
+#: int32 arithmetic measured on znver3 code: 64 x 512 -> 256 0.62 ms against 0.11 float)
+NO_DOT = ("the target has no 8-bit dot-product instruction (AVX-512 VNNI, or AVX2's vpmaddubsw): int8 would "
+          "run about 5x slower than float there")
+
+
+#: what an int8 layer's report says on AVX2
+SEVEN_BITS = "7-bit weights (-63..63), for AVX2's vpmaddubsw"
+
+
+def weight_bits(target) -> int | None:
+    """The bits ``kiln.quantize`` gives weights on ``target``: 8 with AVX-512
+    VNNI (``vpdpbusd``), 7 with AVX2 alone (``vpmaddubsw`` sums pairs of
+    products in int16: 7-bit weights keep them from saturating), None
+    without either (every layer stays float)."""
+    isa = as_target(target).isa
+    return 8 if "avx512vnni" in isa else 7 if "avx2" in isa else None
 #: why a product whose weight is computed (a transpose of a parameter inside the graph, an activation) stays float
 COMPUTED = "its weight is computed in the graph, not a parameter read as it is"
 
@@ -150,8 +164,9 @@ def quantize(model: Module, calibration, per_channel: bool = True, observer: str
     observer : "minmax", "percentile" or "entropy"
         How a layer's input range is chosen (``nn/observers.py``).
     skip : names of layers to keep in float (as ``QuantizedModel.report`` names them), or "first"/"last"
-    target : the CPU the model will run on (default this one): without AVX-512 VNNI every layer stays
-        float, each reported so (``NO_DOT``), with a ``RuntimeWarning``
+    target : the CPU the model will run on (default this one): with AVX-512 VNNI weights take 8 bits,
+        with AVX2 alone 7 (``weight_bits``); without either every layer stays float, each reported so
+        (``NO_DOT``), with a ``RuntimeWarning``
 
     Raises ``DataError`` for calibration data that is empty, holds NaN or
     infinity, or does not fit the model (its error named), ``AttrError`` for
@@ -173,7 +188,8 @@ def quantize(model: Module, calibration, per_channel: bool = True, observer: str
     if unknown:
         raise AttrError(f"got {', '.join(unknown)}, expected layer names among {', '.join(names)} (or 'first', "
                         "'last')", where=where, arg="skip")
-    dot = "avx512vnni" in as_target(target).isa
+    bits = weight_bits(target)
+    dot = bits is not None
     if not dot:
         warnings.warn(f"kiln.quantize: {NO_DOT}; every layer stays float", RuntimeWarning, stacklevel=2)
     report, products = [], []
@@ -183,13 +199,13 @@ def quantize(model: Module, calibration, per_channel: bool = True, observer: str
             continue
         qscale, zero = uint8_params(*site.observer.range())
         w = site.matrix()
-        product = quantized(w, site.bias, site.window, qscale, zero, per_channel)
+        product = quantized(w, site.bias, site.window, qscale, zero, per_channel, bits)
         x = site.first[:ERROR_ROWS] if site.window is None else site.first[:1]
         want, got = float_output(w, site.bias, site.window, x), product.reference(x)
         error = float(np.linalg.norm(got - want) / max(np.linalg.norm(want), 1e-30))
         scales = product.weight_scale
-        report.append(LayerReport(site.name, "int8", "", qscale, zero, (float(scales.min()), float(scales.max())),
-                                  error))
+        report.append(LayerReport(site.name, "int8", SEVEN_BITS if bits == 7 else "", qscale, zero,
+                                  (float(scales.min()), float(scales.max())), error))
         products.append((site.weight, site.transposed, product))
     report += [LayerReport(name, "float", why) for name, why in floats]
     return QuantizedModel(work, products, report)

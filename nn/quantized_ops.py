@@ -112,13 +112,14 @@ class Weights:
         return (found.weight, found.transposed) if isinstance(found.weight, Parameter) else None
 
 
-def _int8(w: np.ndarray, axis, per_channel: bool) -> tuple[np.ndarray, np.ndarray]:
-    """``(wq int8, scales)``: ``w`` symmetric, one scale per output channel
-    (the max over ``axis``) or one for all."""
+def _int8(w: np.ndarray, axis, per_channel: bool, bits: int = 8) -> tuple[np.ndarray, np.ndarray]:
+    """``(wq int8, scales)``: ``w`` symmetric in ``bits`` bits (8: -127..127,
+    7: -63..63), one scale per output channel (the max over ``axis``) or one for all."""
     top = np.abs(w).max(axis=axis) if per_channel else np.full(w.shape[0 if axis != 0 else 1], np.abs(w).max())
-    scales = np.where(top > 0, top / 127.0, 1.0)
+    limit = 2 ** (bits - 1) - 1
+    scales = np.where(top > 0, top / limit, 1.0)
     shaped = scales if axis == 0 else scales.reshape((-1,) + (1,) * (w.ndim - 1))
-    return np.clip(np.rint(w / shaped), -127, 127).astype(np.int8), scales
+    return np.clip(np.rint(w / shaped), -limit, limit).astype(np.int8), scales
 
 
 def offset(step: np.ndarray, zero_point: int, wq: np.ndarray, axes, bias=None) -> np.ndarray:
@@ -133,10 +134,11 @@ class QuantizedDense:
     weight in ``pack_int8_weight``'s panels, the int32 sums times ``scale``
     plus ``offset`` per output column (float32; the bias is in ``offset``)."""
 
-    def __init__(self, weight: np.ndarray, bias, in_scale: float, in_zero_point: int, per_channel: bool = True):
+    def __init__(self, weight: np.ndarray, bias, in_scale: float, in_zero_point: int, per_channel: bool = True,
+                 weight_bits: int = 8):
         w = np.asarray(weight, np.float64)
-        self.in_scale, self.in_zero_point = float(in_scale), int(in_zero_point)
-        wq, self.weight_scale = _int8(w, 0, per_channel)
+        self.in_scale, self.in_zero_point, self.weight_bits = float(in_scale), int(in_zero_point), weight_bits
+        wq, self.weight_scale = _int8(w, 0, per_channel, weight_bits)
         step = self.in_scale * self.weight_scale
         self.weight = Tensor(pack_int8_weight(wq, PANEL))
         self.scale = Tensor(step.astype(np.float32))
@@ -144,23 +146,25 @@ class QuantizedDense:
 
     def __call__(self, x, relu: bool = False):
         q = call("quantize", x, scale=self.in_scale, zero_point=self.in_zero_point, dtype="uint8")
-        return call("dense_int8", q, self.weight, self.scale, self.offset, relu=relu)
+        return call("dense_int8", q, self.weight, self.scale, self.offset, relu=relu, weight_bits=self.weight_bits)
 
     def reference(self, x: np.ndarray) -> np.ndarray:
         """What the int8 kernels compute on ``x`` (their numpy references: no kernel is built)."""
         q = get_op("quantize").reference(x, scale=self.in_scale, zero_point=self.in_zero_point, dtype="uint8")
         return get_op("dense_int8").reference(q, self.weight.numpy(), self.scale.numpy(), self.offset.numpy(),
-                                              relu=False)
+                                              relu=False, weight_bits=self.weight_bits)
 
 
 class QuantizedConv:
     """An OIHW convolution in int8 (``conv2d_int8``: the input quantized
     inside the op); per output channel ``scale`` and ``offset``."""
 
-    def __init__(self, weight: np.ndarray, in_scale: float, in_zero_point: int, per_channel: bool, window: dict):
+    def __init__(self, weight: np.ndarray, in_scale: float, in_zero_point: int, per_channel: bool, window: dict,
+                 weight_bits: int = 8):
         w = np.asarray(weight, np.float64)
         self.in_scale, self.in_zero_point, self.window = float(in_scale), int(in_zero_point), dict(window)
-        wq, self.weight_scale = _int8(w, (1, 2, 3), per_channel)
+        self.weight_bits = weight_bits
+        wq, self.weight_scale = _int8(w, (1, 2, 3), per_channel, weight_bits)
         step = self.in_scale * self.weight_scale
         self.weight = Tensor(pack_conv_int8_weight(wq, PANEL))
         self.scale = Tensor(step.astype(np.float32))
@@ -168,20 +172,23 @@ class QuantizedConv:
 
     def __call__(self, x, relu: bool = False):
         return call("conv2d_int8", x, self.weight, self.scale, self.offset, in_scale=self.in_scale,
-                    in_zero_point=self.in_zero_point, relu=relu, **self.window)
+                    in_zero_point=self.in_zero_point, relu=relu, weight_bits=self.weight_bits, **self.window)
 
     def reference(self, x: np.ndarray) -> np.ndarray:
         """What ``conv2d_int8`` computes on ``x`` (its numpy reference: no kernel is built)."""
         return get_op("conv2d_int8").reference(x, self.weight.numpy(), self.scale.numpy(), self.offset.numpy(),
                                                in_scale=self.in_scale, in_zero_point=self.in_zero_point, relu=False,
-                                               in_block=0, out_block=False, **self.window)
+                                               in_block=0, out_block=False, weight_bits=self.weight_bits,
+                                               **self.window)
 
 
-def quantized(weight: np.ndarray, bias, window, in_scale: float, in_zero_point: int, per_channel: bool):
-    """The int8 replacement of a product (``window`` None: dense, with ``weight`` as (K, N))."""
+def quantized(weight: np.ndarray, bias, window, in_scale: float, in_zero_point: int, per_channel: bool,
+              weight_bits: int = 8):
+    """The int8 replacement of a product (``window`` None: dense, with ``weight`` as (K, N)),
+    its weights in ``weight_bits`` bits."""
     if window is None:
-        return QuantizedDense(weight, bias, in_scale, in_zero_point, per_channel)
-    return QuantizedConv(weight, in_scale, in_zero_point, per_channel, window)
+        return QuantizedDense(weight, bias, in_scale, in_zero_point, per_channel, weight_bits)
+    return QuantizedConv(weight, in_scale, in_zero_point, per_channel, window, weight_bits)
 
 
 def float_output(weight: np.ndarray, bias, window, x: np.ndarray) -> np.ndarray:

@@ -83,6 +83,7 @@ class Quantize(_Conversion):
 
     name = "quantize"
     dtypes = FLOATS
+    saturates = True
 
     def infer_dtype(self, x, scale, zero_point, dtype):
         return dtype
@@ -160,6 +161,18 @@ def pack_int8_weight(wq: np.ndarray, bn: int) -> np.ndarray:
     return np.ascontiguousarray(padded.reshape(k4, 4, panels, bn).transpose(2, 0, 3, 1))
 
 
+def _weight_bits(op: str, name: str, value) -> int:
+    bits = A.integer(op, name, value)
+    if bits not in (7, 8):
+        raise AttrError(f"got {value!r}, expected 7 or 8", op=op, arg=name)
+    return bits
+
+
+#: what an int8 product's weights promise: 8 (any int8) or 7 (within -63..63, so
+#: that AVX2's ``vpmaddubsw`` sums a pair of products without saturating)
+WEIGHT_BITS = A.Attr(_weight_bits, default=8, doc="7: the weights lie in -63..63 (AVX2's 8-bit dot product needs it)")
+
+
 class Int8Product(Op):
     """An int8 product with its dequantizing epilogue: four operands of fixed
     dtypes (``operand_dtypes``: x, the packed int8 weight, scale, offset),
@@ -191,9 +204,10 @@ class DenseInt8(Int8Product):
     name = "dense_int8"
     dtypes = ("uint8", "int8", "float32")
     operand_dtypes = ("uint8", "int8", "float32", "float32")
-    attrs = {"relu": A.Attr(A.boolean, default=False, doc="apply relu after the epilogue")}
+    attrs = {"relu": A.Attr(A.boolean, default=False, doc="apply relu after the epilogue"),
+             "weight_bits": WEIGHT_BITS}
 
-    def infer_shape(self, x, w, scale, offset, relu):
+    def infer_shape(self, x, w, scale, offset, relu, weight_bits):
         if len(x) != 2 or len(w) != 4 or len(scale) != 1 or len(offset) != 1:
             raise ShapeError(f"got x {shape_str(x)}, w {shape_str(w)}, scale {shape_str(scale)}, offset "
                              f"{shape_str(offset)}, expected (M, K), (P, K4, bn, 4), (N,), (N,)", op=self.name,
@@ -208,10 +222,10 @@ class DenseInt8(Int8Product):
                              arg="shapes")
         return (x[0], scale[0])
 
-    def infer_dtype(self, x, w, scale, offset, relu):
+    def infer_dtype(self, x, w, scale, offset, relu, weight_bits):
         return "float32"
 
-    def compute(self, x, w, scale, offset, relu):
+    def compute(self, x, w, scale, offset, relu, weight_bits):
         m, k = x.shape
         panels, k4, bn, _ = w.shape
         rk, rr = te.reduce_axis((0, k4), "k4"), te.reduce_axis((0, 4), "r")
@@ -231,7 +245,7 @@ class DenseInt8(Int8Product):
             return nanmath.relu(v) if relu else v
         return te.compute((m, scale.shape[0]), epilogue, name=self.name, tag="matmul")
 
-    def reference(self, x, w, scale, offset, relu):
+    def reference(self, x, w, scale, offset, relu, weight_bits):
         panels, k4, bn, _ = w.shape
         wq = w.transpose(1, 3, 0, 2).reshape(k4 * 4, panels * bn)[:x.shape[1], :scale.shape[0]]
         acc = x.astype(np.int64) @ wq.astype(np.int64)

@@ -32,7 +32,7 @@ from . import nanmath
 from .conv import PADDING, STRIDE, _conv_nchw, window_out
 from .conv_packed import IN_BLOCK, WRITE_BLOCKS
 from .layout import blocked_array, plain_array
-from .quantize import Int8Product, quantized, quantized_ref
+from .quantize import WEIGHT_BITS, Int8Product, quantized, quantized_ref
 from .registry import register
 from .shapes import shape_str, static
 
@@ -62,10 +62,10 @@ class Conv2dInt8(Int8Product):
              "in_zero_point": A.Attr(A.integer, default=0, doc="the uint8 that stands for 0.0 in the input"),
              "stride": STRIDE, "padding": PADDING,
              "relu": A.Attr(A.boolean, default=False, doc="apply relu after the epilogue"),
-             "in_block": IN_BLOCK, "out_block": WRITE_BLOCKS}
+             "in_block": IN_BLOCK, "out_block": WRITE_BLOCKS, "weight_bits": WEIGHT_BITS}
 
     def infer_shape(self, x, w, scale, offset, in_scale, in_zero_point, stride, padding, relu, in_block,
-                    out_block):
+                    out_block, weight_bits):
         if not 0 <= in_zero_point <= 255:
             raise AttrError(f"got {in_zero_point}, expected a uint8 (0..255)", op=self.name, arg="in_zero_point")
         layout = f"(N, ceil(C / {in_block}), H, W, {in_block})" if in_block else "(N, C, H, W)"
@@ -89,12 +89,13 @@ class Conv2dInt8(Int8Product):
     def infer_dtype(self, *shapes, **attrs):
         return "float32"
 
-    def compute(self, x, w, scale, offset, in_scale, in_zero_point, stride, padding, relu, in_block, out_block):
+    def compute(self, x, w, scale, offset, in_scale, in_zero_point, stride, padding, relu, in_block, out_block,
+                weight_bits):
         n, h, wd = x.shape[0], x.shape[2], x.shape[3]
         c = _channels(tuple(x.shape), in_block)
         panels, kh, kw, c4, bn, _ = (static(d) for d in w.shape)
         out = self.infer_shape(tuple(x.shape), tuple(w.shape), tuple(scale.shape), tuple(offset.shape),
-                               in_scale, in_zero_point, stride, padding, relu, in_block, out_block)
+                               in_scale, in_zero_point, stride, padding, relu, in_block, out_block, weight_bits)
         oh, ow, k_out = out[2], out[3], static(scale.shape[0])
         (sh, sw), (ph, pw), zero = stride, padding, tirx.const(in_zero_point, "uint8")
 
@@ -130,7 +131,8 @@ class Conv2dInt8(Int8Product):
             return te.compute(out, lambda b, p, y, z, j: value(b, p, j, y, z), name=self.name, tag="conv2d")
         return te.compute(out, lambda b, k, y, z: value(b, k // bn, k % bn, y, z), name=self.name, tag="conv2d")
 
-    def reference(self, x, w, scale, offset, in_scale, in_zero_point, stride, padding, relu, in_block, out_block):
+    def reference(self, x, w, scale, offset, in_scale, in_zero_point, stride, padding, relu, in_block, out_block,
+                  weight_bits):
         panels, kh, kw, c4, bn, _ = w.shape
         if in_block:
             x = plain_array(x, min(x.shape[1] * in_block, c4 * 4))

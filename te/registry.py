@@ -91,6 +91,9 @@ class Op:
     #: so it reads a channel-blocked input as it is, and in that layout a
     #: ``image_block_tasks`` producer can compute it in its tasks (``fuse_pools``).
     pools_blocked: bool = False
+    #: graph.fuse: clamps a rounding of its input (``quantize``): an epilogue
+    #: chains at most ``graph.fuse.MAX_SATURATING`` of them.
+    saturates: bool = False
     #: graph.requantize: quantizes its first input inside (attributes
     #: ``in_scale``, ``in_zero_point``) and takes it as those uint8 codes
     #: instead, so a producer read by such ops alone can write the codes.

@@ -14,7 +14,7 @@ torch = pytest.importorskip("torch", reason="the float model is written in PyTor
 from onnx import TensorProto, helper, numpy_helper  # noqa: E402
 
 from kiln.frontend import from_onnx  # noqa: E402
-from kiln.nn.quantized import NO_DOT  # noqa: E402
+from kiln.frontend.onnx_qdq import NO_VNNI  # noqa: E402
 from kiln.runtime.device import cpu  # noqa: E402
 
 #: a CPU with AVX-512 VNNI: where QDQ ops fuse into int8 kernels (which run exact on any host)
@@ -84,7 +84,7 @@ def test_a_qdq_matmul_with_an_asymmetric_weight_stays_on_the_float_path_and_says
     model = from_onnx(proto, target=VNNI)
     assert model.qdq == [("mm", "MatMul", "float", "its weight's zero point is not 0 (kiln's int8 weights are "
                                                     "symmetric)")]
-    assert from_onnx(proto, target=cpu("znver3")).qdq == [("mm", "MatMul", "float", NO_DOT)]
+    assert from_onnx(proto, target=cpu("znver3")).qdq == [("mm", "MatMul", "float", NO_VNNI)]
     x = np.random.default_rng(1).standard_normal((2, 4)).astype(np.float32)
     want = ort.InferenceSession(proto.SerializeToString(), providers=["CPUExecutionProvider"]).run(None, {"x": x})[0]
     np.testing.assert_allclose(model(kiln.Tensor(x)).numpy(), want, rtol=1e-5, atol=1e-5)

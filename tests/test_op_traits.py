@@ -18,6 +18,7 @@ EXPECTED = {
     "channel_blocked": {"conv2d_packed", "conv2d_winograd", "depthwise_conv2d_packed", "conv2d_int8"},
     "pools_blocked": {"global_avg_pool2d"},
     "quantized_input": {"conv2d_int8"},
+    "saturates": {"quantize"},
     "image_block_tasks": {"conv2d_winograd"},
     "in_task_prologue": {"conv2d_packed"},
     "affine_operands": {"add": (0, 1), "subtract": (0, 1), "multiply": (0, 1), "divide": (0,)},

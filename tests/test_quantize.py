@@ -44,7 +44,7 @@ def test_dense_int8_without_vnni_is_exact_too():
     if not target.runs_here:
         pytest.skip(f"{host().mcpu} cannot run {target.mcpu} code")
     args = _inputs(np.random.default_rng(0), 6, 64, 32)
-    want = get_op("dense_int8").reference(*args, relu=False)
+    want = get_op("dense_int8").reference(*args, **get_op("dense_int8").parse_attrs({}))
     np.testing.assert_allclose(kernel(*args), want, rtol=1e-6, atol=1e-4)
 
 
@@ -54,7 +54,7 @@ def test_dense_int8_serves_a_symbolic_batch():
     rng = np.random.default_rng(1)
     for m in (1, 5, 8, 13, 64):
         args = _inputs(rng, m, 128, 64)
-        want = get_op("dense_int8").reference(*args, relu=False)
+        want = get_op("dense_int8").reference(*args, **get_op("dense_int8").parse_attrs({}))
         np.testing.assert_allclose(kernel(*args), want, rtol=1e-6, atol=1e-4, err_msg=f"{m} rows")
 
 
@@ -96,8 +96,18 @@ class _NoDense(nn.Module):
 def test_without_an_8bit_dot_product_every_layer_stays_float_and_says_why():
     model = _mlp()
     with pytest.warns(RuntimeWarning, match="no 8-bit dot-product"):
-        quantized = kiln.quantize(model, np.ones((8, 64), np.float32), target=cpu("znver3"))
+        quantized = kiln.quantize(model, np.ones((8, 64), np.float32), target=cpu("sandybridge"))  # AVX, no AVX2
     assert all(r.kind == "float" and "VNNI" in r.why for r in quantized.report)
+
+
+def test_on_avx2_layers_quantize_with_7bit_weights():
+    model, rng = _mlp(), np.random.default_rng(2)
+    x = rng.standard_normal((64, 64)).astype(np.float32)
+    quantized = kiln.quantize(model, x, target=cpu("znver3"))
+    assert all(r.kind == "int8" and "7-bit" in r.why for r in quantized.report)
+    assert all(r.error < 0.05 for r in quantized.report)
+    got, want = quantized(kiln.Tensor(x)).numpy(), model(kiln.Tensor(x)).numpy()
+    assert got.ravel() @ want.ravel() / np.linalg.norm(got) / np.linalg.norm(want) > 0.995
 
 
 def test_bad_calibration_and_models_are_refused_clearly():

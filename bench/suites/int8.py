@@ -120,7 +120,7 @@ def _rows(name: str, batch: int, parts: dict, repeat: int, vnni: bool) -> list[d
     qdq_extra = dict(parts["qdq extra"], **{"cosine to ORT int8": round(cosine(d, o), 5)})
     return [make_row(workload, "ms", sides["int8"], "ONNX Runtime int8", sides["ort"], TARGET, extra=extra),
             make_row(workload, "ms", sides["int8"], "kiln float", sides["float"], speedup, extra=extra,
-                     note=None if vnni else "no AVX-512 VNNI: kiln.quantize keeps every layer float here"),
+                     note=None if vnni else "no AVX-512 VNNI: kiln.quantize gives AVX2's vpmaddubsw 7-bit weights"),
             make_row(f"{name} ONNX Runtime's QDQ file, batch {batch}", "ms", sides["qdq"], "ONNX Runtime int8",
                      sides["ort"], TARGET, extra=qdq_extra),
             make_row(f"{name} ONNX Runtime's QOperator file, batch {batch}", "ms", sides["qop"],

@@ -7,9 +7,10 @@ rows x ``tile_p`` panels of ``bn`` int32 lanes. Each step of 4 along K
 broadcasts 4 uint8 of a row and adds to each of its panels the dot products
 of those 4 with the panel's (bn, 4) int8 block: on a target with AVX-512
 VNNI one ``vpdpbusd`` per panel and row (``int8_intrin.VNNI_16x4``, bn =
-16), exact in int32. Elsewhere the same loops run as vectorized int32
-multiply-adds (exact, slower: no 8-bit dot instruction is used;
-``vpmaddubsw``'s int16 saturation would need 7-bit operands). The output
+16), exact in int32; on AVX2, where the weights promise 7 bits
+(``weight_bits=7``: ``kiln.quantize`` for such a target), ``vpmaddubsw`` and
+``vpmaddwd`` per 8 lanes (``int8_intrin.AVX2_16x4``). Elsewhere the same
+loops run as vectorized int32 multiply-adds (exact, slower). The output
 block (float32: the int32 sums times ``scale`` plus ``offset``) is written
 within the task, from its tile.
 
@@ -26,25 +27,30 @@ from ...te.quantize import ROW_BLOCK
 from ..config import Config
 from ..dispatch import NOT_APPLICABLE, NotApplicable, register_template
 from ..util import const_int, divisors
-from .int8_intrin import VNNI_16x4
+from .int8_intrin import AVX2_16x4, VNNI_16x4
 
 #: the most rows and panels a register tile takes by default (6 x 4 accumulators of 32 zmm registers)
 MAX_TILE_M, MAX_TILE_P = 6, 4
 
 
-def uses_vnni(target, workload) -> bool:
-    """Whether ``dense_int8`` on ``target`` runs on ``vpdpbusd``: AVX-512 VNNI,
-    16-lane panels, and K in whole blocks of 4 (no masked tail)."""
-    k, bn = const_int(workload.shapes[0][1]), const_int(workload.shapes[1][2])
-    return "avx512vnni" in target.isa and bn == 16 and k is not None and k % 4 == 0
+def dot_instruction(target, workload, bn: int, whole: bool = True) -> str | None:
+    """The tensor intrinsic an int8 template's steps run on, for panels of
+    ``bn`` lanes (``whole``: the reduction in whole blocks of 4, no masked
+    tail): ``VNNI_16x4`` on AVX-512 VNNI; ``AVX2_16x4`` on AVX2 where the
+    weights promise 7 bits (``weight_bits``); else None (int32 arithmetic)."""
+    if bn != 16 or not whole:
+        return None
+    if "avx512vnni" in target.isa:
+        return VNNI_16x4
+    return AVX2_16x4 if "avx2" in target.isa and workload.attrs["weight_bits"] == 7 else None
 
 
-def dot_steps(sch, acc, outer_reduction, tile, lanes, four, vnni: bool) -> None:
+def dot_steps(sch, acc, outer_reduction, tile, lanes, four, intrinsic: str | None) -> None:
     """The steps of an int8 register tile: the accumulators zeroed before
     ``outer_reduction`` (vectorized), the ``tile`` loops unrolled, and each
-    step's ``lanes`` x ``four`` products one ``vpdpbusd`` (``VNNI_16x4``) or,
-    without ``vnni``, vectorized int32 multiply-adds over ``lanes``."""
-    if not vnni:  # before decompose_reduction (TVM rejects vectorizing under a reduction after it)
+    step's ``lanes`` x ``four`` products one ``intrinsic`` (``dot_instruction``)
+    or, without one, vectorized int32 multiply-adds over ``lanes``."""
+    if intrinsic is None:  # before decompose_reduction (TVM rejects vectorizing under a reduction after it)
         sch.reorder(four, lanes)
         sch.unroll(four)
         sch.vectorize(lanes)
@@ -52,8 +58,8 @@ def dot_steps(sch, acc, outer_reduction, tile, lanes, four, vnni: bool) -> None:
     sch.vectorize(sch.get_loops(init)[-1])
     for loop in tile:
         sch.unroll(loop)
-    if vnni:
-        sch.tensorize(lanes, VNNI_16x4)
+    if intrinsic is not None:
+        sch.tensorize(lanes, intrinsic)
 
 
 @register_template("cpu", ops=("dense_int8",))
@@ -77,7 +83,8 @@ def schedule_dense_int8(sch, block, cfg: Config) -> NotApplicable | None:
     if par:
         sch.parallel(task)
     sch.reverse_compute_at(block, task)
-    dot_steps(sch, acc, k4, (ii, pi), j, r, uses_vnni(cfg.target, workload))
+    k, bn = const_int(workload.shapes[0][1]), const_int(workload.shapes[1][2])
+    dot_steps(sch, acc, k4, (ii, pi), j, r, dot_instruction(cfg.target, workload, bn, k is not None and k % 4 == 0))
     _, inner = sch.split(sch.get_loops(block)[-1], [None, cfg.target.lanes("float32")])
     sch.vectorize(inner)
     return None

@@ -1,6 +1,7 @@
 """CPU template for ``conv2d_int8``: register tiles of int32 accumulators over
 output positions of one row and blocks of output channels, one ``vpdpbusd``
-per position, block and 4 input channels where the target has AVX-512 VNNI.
+per position, block and 4 input channels where the target has AVX-512 VNNI (on AVX2, with
+7-bit weights, ``vpmaddubsw`` and ``vpmaddwd``: ``int8.dot_instruction``).
 
 The quantizing stage (``conv2d_int8_quantize``: the input as padded uint8
 (N, H, W, C)) runs first, parallel over its rows; reading a channel-blocked
@@ -26,7 +27,7 @@ from __future__ import annotations
 from ..config import Config
 from ..dispatch import NOT_APPLICABLE, NotApplicable, register_template
 from ..util import const_int, divisors
-from .int8 import dot_steps
+from .int8 import dot_instruction, dot_steps
 
 #: register tile bounds: 8 positions, 4 blocks, 24 of the 32 zmm registers as accumulators
 MAX_TILE_W, MAX_TILE_P, MAX_ACCUMULATORS = 8, 4, 24
@@ -74,5 +75,5 @@ def schedule_conv2d_int8(sch, block, cfg: Config) -> NotApplicable | None:
     sch.reverse_compute_at(block, task)
     if workload.attrs["out_block"]:
         sch.vectorize(sch.get_loops(block)[-1])  # the bn lanes of one position and block
-    dot_steps(sch, acc, ky, (zi, pi), j, r, "avx512vnni" in cfg.target.isa and bn == 16)
+    dot_steps(sch, acc, ky, (zi, pi), j, r, dot_instruction(cfg.target, workload, bn))
     return None

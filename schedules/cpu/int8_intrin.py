@@ -1,7 +1,13 @@
-"""The 8-bit dot-product instructions ``dense_int8``'s template tensorizes
-with, registered as TVM tensor intrinsics: ``vpdpbusd`` (AVX-512 VNNI) adds,
-to each of 16 int32 lanes, the 4 products of 4 uint8 (one broadcast
-32-bit word) and the lane's 4 int8.
+"""The 8-bit dot-product instructions the int8 templates tensorize with,
+registered as TVM tensor intrinsics. Each adds, to each of 16 int32 lanes,
+the 4 products of 4 uint8 (one broadcast 32-bit word) and the lane's 4 int8:
+
+``VNNI_16x4``   one ``vpdpbusd`` (AVX-512 VNNI), exact for any int8;
+``AVX2_16x4``   per 8 lanes ``vpmaddubsw`` (the products summed in pairs, in
+                int16 with saturation), ``vpmaddwd`` by ones (the pairs summed
+                in int32) and ``vpaddd``: exact where the weights lie in
+                -63..63 (7 bits: a pair of products is at most 2 x 255 x 63 =
+                32130, within int16), which the ops' ``weight_bits=7`` promises.
 
 TVM's own ``dot_16x4_vnni`` passes the bytes as ``<16 x i32>``, which the
 LLVM it is built with no longer accepts (the intrinsic takes ``<64 x i8>``
@@ -42,3 +48,26 @@ def _dot_16x4_vnni(a: T.Buffer((4,), "uint8", offset_factor=1), b: T.Buffer((16,
 
 
 TensorIntrin.register(VNNI_16x4, _dot_16x4_desc, _dot_16x4_vnni)
+
+
+AVX2_16x4 = "kiln_dot_16x4_u8i8i32_avx2"
+
+
+@T.prim_func(s_tir=True)
+def _dot_16x4_avx2(a: T.Buffer((4,), "uint8", offset_factor=1), b: T.Buffer((16, 4), "int8", offset_factor=1),
+                   c: T.Buffer((16,), "int32", offset_factor=1)) -> None:
+    with T.sblock("root"):
+        T.reads(c[0:16], a[0:4], b[0:16, 0:4])
+        T.writes(c[0:16])
+        word = T.reinterpret(a.vload([0], "uint8x4"), dtype="int32")
+        for half in T.unroll(2):
+            pairs = T.call_llvm_pure_intrin(
+                T.llvm_lookup_intrinsic_id("llvm.x86.avx2.pmadd.ub.sw"),
+                T.reinterpret(T.broadcast(word, 8), dtype="uint8x32"), b.vload([half * 8, 0], dtype="int8x32"),
+                dtype="int16x16")
+            c[T.ramp(half * 8, 1, 8)] = c.vload([half * 8], dtype="int32x8") + T.call_llvm_pure_intrin(
+                T.llvm_lookup_intrinsic_id("llvm.x86.avx2.pmadd.wd"), pairs, T.broadcast(T.int16(1), 16),
+                dtype="int32x8")
+
+
+TensorIntrin.register(AVX2_16x4, _dot_16x4_desc, _dot_16x4_avx2)
