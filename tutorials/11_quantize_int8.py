@@ -15,10 +15,12 @@ You will learn how to:
   digits CNN, where it does not pay, and on layers of a real width, where it
   does — and see the trade-off as a plot.
 
-The int8 kernels use ``vpdpbusd`` on CPUs with AVX-512 VNNI. Elsewhere int8
-runs exact but slower than float, so ``kiln.quantize`` keeps every layer in
-float there (and says so); the accuracy study below names a VNNI CPU as the
-target so that it runs in int8 on any machine (the kernels are exact on
+The int8 kernels use ``vpdpbusd`` on CPUs with AVX-512 VNNI, and
+``vpmaddubsw`` on AVX2 CPUs without it (there weights get 7 bits, so that
+its int16 pair sums never saturate). On a CPU with neither int8 runs exact
+but slower than float, so ``kiln.quantize`` keeps every layer in float there
+(and says so); the accuracy study below names a VNNI CPU as the target so
+that it runs the same 8-bit weights on any machine (the kernels are exact on
 every CPU, only their speed differs).
 
 Run: ``python tutorials/11_quantize_int8.py`` (``KILN_TUTORIAL_SMALL=1`` for a
@@ -96,8 +98,8 @@ for name, error in errors.items():
 # -----------------
 #
 # Now for this machine: ``kiln.quantize`` without a target decides for this
-# CPU. Without VNNI every layer stays float (a warning says why) and the
-# modules time alike. Two models: the digits CNN, and layers at a real
+# CPU (7-bit weights on an AVX2 CPU without VNNI; on one with neither every
+# layer stays float, a warning says why, and the modules time alike). Two models: the digits CNN, and layers at a real
 # width — a 1024 -> 4096 -> 1024 feed-forward block (random weights, 64 rows).
 # On 8x8 images the float CNN is a single fused kernel whose second
 # convolution runs as Winograd F(2x2), fewer multiplications than any direct

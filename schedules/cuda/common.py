@@ -87,6 +87,8 @@ def cooperative_fetch(sch, block, depth: int, threads: tuple[int, int], vector: 
     loops (below the first ``depth``, where it was computed at) are fused and
     split into ``[rounds, ty, tx, vector]``."""
     own = sch.get_loops(block)[depth:]
+    if not own:  # a tile of one element (a 1x1 weight of one channel in and out): a loop of one to split
+        own = [sch.add_unit_loop(block)]
     fused = sch.fuse(*own) if len(own) > 1 else own[0]
     n = const_int(extent(sch, fused))
     ty, tx = threads
