@@ -113,8 +113,10 @@ def through_floats(converter, node, *values):
     """``converter`` (of a ``MOVES_VALUES`` op) on uint8/int8 codes: each as
     float32 (every such integer is one), each output as codes again; other
     values (indices, shapes) as they are."""
+    if node.op_type not in MOVES_VALUES:  # every other op (this runs for each node of each eager call)
+        return converter(node, *values)
     dtypes = {d for d in map(_codes_dtype, values) if d}
-    if node.op_type not in MOVES_VALUES or len(dtypes) != 1:
+    if len(dtypes) != 1:
         return converter(node, *values)
     (dtype,) = dtypes
     result = converter(node, *(floats(v) if _codes_dtype(v) else v for v in values))
@@ -262,13 +264,8 @@ def dynamic_quantize_linear(node, x):
     zero = _clipped(ops.unary("round", ops.binary("subtract", np.float32(0), ops.binary("divide", low, scale)),
                               np.round))
     y = _clipped(ops.binary("add", ops.unary("round", ops.binary("divide", x, scale), np.round), zero))
-    return [_bytes(y), scale, _bytes(zero)]
+    return [_bytes_of(y, "uint8"), scale, _bytes_of(zero, "uint8")]
 
 
 def _clipped(v):
     return ops.unary("clip", v, lambda a: np.clip(a, 0, 255), min=0.0, max=255.0)
-
-
-def _bytes(v):
-    """Whole numbers in 0..255 as uint8."""
-    return _bytes_of(v, "uint8")
