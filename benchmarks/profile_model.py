@@ -7,7 +7,7 @@ and profiled at one batch: each kernel timed alone on the arguments the call
 gave it, and "(outside kernels)" the rest of a whole call (its Python and
 the data that kernels timed alone find in cache and a call does not).
 
-Run: ``python benchmarks/profile_model.py MODEL [--batch N] [--top K]``,
+Run: ``python benchmarks/profile_model.py MODEL [--batch N] [--int8] [--top K]``,
 MODEL one of the suite's names (``ResNet-50``, ``MobileNetV2``,
 ``BERT-base``...). Needs torch, onnx, onnxruntime and transformers.
 """
@@ -21,26 +21,25 @@ import time
 import warnings
 
 import kiln
+from kiln.bench.suites import int8 as int8_suite
 from kiln.bench.suites import models
 from kiln.frontend import from_onnx
 from kiln.runtime import Predictor
 
 
-def profile(name: str, batch: int, folder: str):
+def profile(name: str, batch: int, folder: str, int8: bool = False):
     import torch
     torch.manual_seed(0)
-    model, (kind, size) = models.MODELS[name](False)
-    vocab = model.model.config.vocab_size if kind != "image" else 0
-    example = models.inputs(kind, size, 1, vocab)
-    path = os.path.join(folder, "model.onnx")
-    with torch.no_grad(), warnings.catch_warnings():
+    with warnings.catch_warnings():
         warnings.simplefilter("ignore")  # the legacy exporter's notices
-        torch.onnx.export(model, tuple(torch.from_numpy(a) for a in example.values()), path, dynamo=False,
-                          input_names=list(example), output_names=["out"],
-                          dynamic_axes={n: {0: "batch"} for n in example})
+        _, kind, size, vocab, path, example = models.write_onnx(name, False, folder)
+    model = from_onnx(path)
     start = time.perf_counter()
-    predictor = Predictor(kiln.export(from_onnx(path), example, os.path.join(folder, "model.so")))
-    print(f"{name}: exported in {time.perf_counter() - start:.1f} s")
+    if int8:  # as the int8 suite quantizes it (bench/suites/int8.py)
+        calibration = [models.inputs(kind, size, 4, vocab, seed=100 + k) for k in range(int8_suite.CALIBRATION)]
+        model = kiln.quantize(model, [tuple(b.values()) for b in calibration])
+    predictor = Predictor(kiln.export(model, example, os.path.join(folder, "model.so")))
+    print(f"{name}: {'quantized and ' if int8 else ''}exported in {time.perf_counter() - start:.1f} s")
     return predictor.profile(**models.inputs(kind, size, batch, vocab), repeat=20)
 
 
@@ -48,10 +47,11 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("model", choices=list(models.MODELS))
     parser.add_argument("--batch", type=int, default=1)
+    parser.add_argument("--int8", action="store_true", help="quantized by kiln.quantize as the int8 suite does")
     parser.add_argument("--top", type=int, default=20, help="kernels shown (default 20)")
     args = parser.parse_args()
     with tempfile.TemporaryDirectory(prefix="kiln-profile-") as folder:
-        prof = profile(args.model, args.batch, folder)
+        prof = profile(args.model, args.batch, folder, args.int8)
     summed = collections.defaultdict(lambda: [0, 0.0])
     for row in prof.rows:
         key = (row["kernel"], " ".join("x".join(map(str, s)) for s in row["shapes"][:2]))

@@ -4,13 +4,14 @@ Condition: a convolution that reads and writes its weight's channel blocks
 (``Op.channel_blocked``: ``conv2d_packed`` and ``conv2d_winograd``, made by
 ``graph.implement``) whose every reader can take its output in those blocks:
 the data input of another such convolution, an NCHW pooling that can run
-blocked (``Op.pools_blocked``: ``global_avg_pool2d``), or the residual
-operand of a convolution that is itself blocked with the same block width
-(its fused ``add``). Rewrite: the convolution writes (N, ceil(O / oc), OH, OW, oc)
+blocked (``Op.pools_blocked``: ``global_avg_pool2d``), a max pool nothing
+is fused into whose own readers all take blocks (``Op.passes_blocks``:
+ResNet's stem pool), or the residual operand of a convolution that is itself
+blocked with the same block width (its fused ``add``). Rewrite: the convolution writes (N, ceil(O / oc), OH, OW, oc)
 (``out_block``), a contiguous vector per output pixel instead of a strided
 transpose; a convolution reading it takes ``in_block``; a pooling reading it
 runs in the blocked layout and is followed by ``from_blocked`` (on its 1x1
-output); the per-channel constants of a blocked convolution's epilogue
+output); a max pool reading it pools the blocks and writes blocks; the per-channel constants of a blocked convolution's epilogue
 (bias, an unfolded BatchNorm affine) are blocked once, at export. Values the
 graph returns and every other reader stay NCHW, so layout conversions happen
 only at the edges of a blocked region — none inside it.
@@ -48,7 +49,12 @@ def _epilogue_blockable(node: Node) -> bool:
     return True
 
 
-def _reader_takes(reader: Node, value: Value, block: int, blocked: dict) -> bool:
+def _reader_takes(graph: Graph, reader: Node, value: Value, block: int, blocked: dict) -> bool:
+    if reader.op.passes_blocks and reader.inputs[0] is value and reader.attrs["layout"] == "NCHW" \
+            and not reader.epilogue and reader.prologue is None:
+        out = reader.outputs[0]  # its readers come later in the graph: decided already
+        return not graph.is_output(out) and all(_reader_takes(graph, r, out, block, blocked)
+                                                for r in graph.users(out))
     if reader.op.channel_blocked and reader.inputs[0] is value and not any(v is value for v in reader.operands()[1:]):
         return True
     if reader.op.pools_blocked and reader.attrs["layout"] == "NCHW" and reader.attrs["keepdims"] \
@@ -67,7 +73,7 @@ def _plan(graph: Graph) -> dict:
             continue
         out, block = node.outputs[0], _block(node)
         readers = graph.users(out)
-        if readers and not graph.is_output(out) and all(_reader_takes(r, out, block, blocked) for r in readers):
+        if readers and not graph.is_output(out) and all(_reader_takes(graph, r, out, block, blocked) for r in readers):
             blocked[id(node)] = block
     return blocked
 
@@ -96,6 +102,9 @@ def block_layouts(graph: Graph) -> int:
             node.outputs[0].shape = TO_BLOCKED.infer_shape(node.outputs[0].shape, block)
         elif node.op.pools_blocked and node.attrs["layout"] == "NCHW" and x is not None and len(x.shape) == 5:
             _pool_blocked(graph, node, int(node.outputs[0].shape[1]))
+        elif node.op.passes_blocks and node.attrs["layout"] == "NCHW" and x is not None and len(x.shape) == 5:
+            node.attrs = {**node.attrs, "layout": "NCHWc"}  # its producer was blocked only if its readers take blocks
+            node.outputs[0].shape = node.op.infer_shape(x.shape, **node.attrs)
     return len(plan)
 
 

@@ -12,15 +12,16 @@ those codes, so it writes uint8; the int8 layers take the codes as they are
 bit for bit the same), and each residual add becomes ``dequantize_add``,
 which takes the codes back to floats in the reader's write-back — the
 residual then carries the rounding of its codes, as it does where ONNX
-Runtime runs a QDQ model's adds. Between ResNet-50's convolutions every
-activation then moves as bytes instead of floats, both ways.
+Runtime runs a QDQ model's adds. A max pool between (ResNet's stem) pools
+the codes. Between ResNet-50's convolutions every activation then moves as
+bytes instead of floats, both ways.
 """
 from __future__ import annotations
 
 from ..te import get_op
 from .ir import Graph, Node, Value
 
-QUANTIZE, DEQUANTIZE_ADD = get_op("quantize"), get_op("dequantize_add")
+QUANTIZE, DEQUANTIZE_ADD, MAX_POOL = get_op("quantize"), get_op("dequantize_add"), get_op("max_pool2d")
 
 
 def _residual(reader: Node, value: Value) -> bool:
@@ -32,22 +33,45 @@ def _residual(reader: Node, value: Value) -> bool:
     return len(uses) == 1 and uses[0][0].sums_operands and len(uses[0][1]) == 1
 
 
+def _passes_codes(reader: Node, value: Value, graph: Graph) -> bool:
+    """Whether ``reader`` is a max pool of ``value`` alone, nothing fused: a
+    max of codes is the codes of the max (quantizing never reorders values;
+    its padding, the least code, never wins), so it can pool the codes."""
+    return reader.op is MAX_POOL and reader.inputs[0] is value and not reader.epilogue and \
+        reader.prologue is None and not graph.is_output(reader.outputs[0])
+
+
+def _reader_codes(graph: Graph, value: Value, chain: list) -> set | None:
+    """The ``(in_scale, in_zero_point)`` pairs the int8 readers of ``value``
+    (and of the max pools between) quantize it with, if every reader can take
+    codes; else None. Appends to ``chain`` each value that would hold codes."""
+    chain.append(value)
+    codes = set()
+    for reader in {id(n): n for n in graph.users(value)}.values():
+        if reader.op.quantized_input and reader.inputs[0] is value and \
+                not any(v is value for v in reader.operands()[1:]):
+            codes.add((reader.attrs["in_scale"], reader.attrs["in_zero_point"]))
+        elif _passes_codes(reader, value, graph):
+            inner = _reader_codes(graph, reader.outputs[0], chain)
+            if inner is None:
+                return None
+            codes |= inner
+        elif not _residual(reader, value):
+            return None
+    return codes
+
+
 def _codes(graph: Graph, node: Node) -> tuple | None:
-    """``(in_scale, in_zero_point)`` the int8 readers of ``node``'s output
-    quantize it with, if every reader can take the codes; else None."""
+    """``(in_scale, in_zero_point, values)``: the one quantization the int8
+    readers of ``node``'s output use and the values that would then hold
+    codes, if every reader can take them; else None."""
     if not node.op.compute_bound or len(node.outputs) != 1:
         return None
-    out = node.outputs[0]
+    out, chain = node.outputs[0], []
     if out.dtype != "float32" or graph.is_output(out):
         return None
-    codes = set()
-    for reader in {id(n): n for n in graph.users(out)}.values():
-        if reader.op.quantized_input and reader.inputs[0] is out and \
-                not any(v is out for v in reader.operands()[1:]):
-            codes.add((reader.attrs["in_scale"], reader.attrs["in_zero_point"]))
-        elif not _residual(reader, out):
-            return None
-    return codes.pop() if len(codes) == 1 else None
+    codes = _reader_codes(graph, out, chain)
+    return (*codes.pop(), chain) if codes is not None and len(codes) == 1 else None
 
 
 def requantize(graph: Graph) -> int:
@@ -58,13 +82,13 @@ def requantize(graph: Graph) -> int:
         codes = _codes(graph, node)
         if codes is None:
             continue
-        scale, zero_point = codes
+        scale, zero_point, chain = codes
         attrs = QUANTIZE.parse_attrs({"scale": scale, "zero_point": zero_point, "dtype": "uint8"})
-        out = node.outputs[0]
         node.epilogue.append((QUANTIZE, attrs, []))
-        out.dtype = "uint8"
-        for reader in graph.users(out):
-            reader.epilogue = [(DEQUANTIZE_ADD, attrs, others) if any(v is out for v in others) else (op, a, others)
-                               for op, a, others in reader.epilogue]
+        for value in chain:
+            value.dtype = "uint8"
+            for reader in graph.users(value):
+                reader.epilogue = [(DEQUANTIZE_ADD, attrs, others) if any(v is value for v in others)
+                                   else (op, a, others) for op, a, others in reader.epilogue]
         count += 1
     return count

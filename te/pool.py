@@ -22,7 +22,9 @@ PyTorch's default is True): with ``count_include_pad=True`` the explicit
 padding counts too, but not the part of a ``ceil_mode`` window past the padded
 edge (PyTorch's rule).
 
-Only ``global_avg_pool2d`` runs channel-blocked (``layout="NCHWc"``).
+``global_avg_pool2d`` and ``max_pool2d`` run channel-blocked too
+(``layout="NCHWc"``, (N, C / c, H, W, c)): the layout pass carries a
+convolution's blocks through a max pool to the convolutions after it.
 """
 from __future__ import annotations
 
@@ -62,6 +64,9 @@ POOL_ATTRS = {
 }
 MAX_ATTRS = {**POOL_ATTRS, "dilation": A.Attr(A.int_tuple(2, minimum=1), default=(1, 1),
                                               doc="(h, w) spacing of the window's taps")}
+#: the forward max pool's: its gradient has no blocked layout (only an exported model pools in blocks)
+MAX_POOL_ATTRS = {**MAX_ATTRS, "layout": A.Attr(A.one_of("NCHW", "NHWC", "NCHWc"), default="NCHW",
+                                                doc="data layout (NCHWc: channel blocks (N, C / c, H, W, c))")}
 AVG_ATTRS = {**POOL_ATTRS, "count_include_pad": A.Attr(
     A.boolean, default=False, doc="divide by the window with its padding (PyTorch's default) or without (ONNX's)")}
 
@@ -90,8 +95,9 @@ def _out_len(op: str, n, k, s, lo, hi, d, ceil_mode):
 def _geometry(op, x, attrs):
     """((h axis, w axis), (Axis for h, Axis for w))."""
     layout = attrs["layout"]
-    if len(x) != 4:
-        raise ShapeError(f"got {shape_str(x)}, expected a 4-D {layout} input", op=op, arg="x")
+    rank = 5 if layout == "NCHWc" else 4
+    if len(x) != rank:
+        raise ShapeError(f"got {shape_str(x)}, expected a {rank}-D {layout} input", op=op, arg="x")
     pads = attrs["padding"] * 2 if len(attrs["padding"]) == 2 else attrs["padding"]
     dims = []
     for j, ax in enumerate(_axes(layout)):
@@ -171,18 +177,26 @@ def _scatter_np(parts, x_shape, attrs):
     return _to_layout(full[:, :, gh.lo:gh.lo + gh.n, gw.lo:gw.lo + gw.n], attrs["layout"])
 
 
-def _to_layout(out, layout):
+def _to_layout(out, layout, block: int = 1):
+    if layout == "NCHWc":
+        n, c, h, w = out.shape
+        return out.reshape(n, c // block, block, h, w).transpose(0, 1, 3, 4, 2).copy()
     return out.transpose(0, 2, 3, 1).copy() if layout == "NHWC" else out
 
 
 def _to_nchw(a, layout):
+    if layout == "NCHWc":
+        n, b, h, w, c = a.shape
+        return a.transpose(0, 1, 4, 2, 3).reshape(n, b * c, h, w)
     return a.transpose(0, 3, 1, 2) if layout == "NHWC" else a
 
 
 @register
 class MaxPool2d(_Pool):
     name = "max_pool2d"
-    attrs = MAX_ATTRS
+    attrs = MAX_POOL_ATTRS
+    passes_blocks = True
+    dtypes = FLOATS + ("uint8", "int8")  # int8 codes pool as they are (``graph/requantize.py``)
     grad_inputs = (0,)
     grad_output = False
 
@@ -190,9 +204,13 @@ class MaxPool2d(_Pool):
         return max_pool_expr(x, self.name, self.name, attrs)
 
     def reference(self, x, **attrs):
-        return _to_layout(_windows_np(x, attrs, -np.inf).max(axis=(4, 5)), attrs["layout"])
+        low = -np.inf if x.dtype.kind == "f" else np.iinfo(x.dtype).min
+        return _to_layout(_windows_np(x, attrs, low).max(axis=(4, 5)), attrs["layout"], x.shape[-1])
 
     def gradient(self, g, node):
+        if node.attrs["layout"] == "NCHWc":
+            raise ShapeError("no gradient in channel blocks (only exported inference pools blocked)", op=self.name,
+                             arg="layout")
         return (max_pool2d_grad(node.inputs[0], g, **node.attrs),)
 
 

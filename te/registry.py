@@ -91,6 +91,10 @@ class Op:
     #: so it reads a channel-blocked input as it is, and in that layout a
     #: ``image_block_tasks`` producer can compute it in its tasks (``fuse_pools``).
     pools_blocked: bool = False
+    #: graph.layout: a windowed per-channel op (``max_pool2d``) whose ``layout``
+    #: may be "NCHWc": between channel-blocked ops it runs in their blocks and
+    #: writes blocks too.
+    passes_blocks: bool = False
     #: graph.fuse: clamps a rounding of its input (``quantize``): an epilogue
     #: chains at most ``graph.fuse.MAX_SATURATING`` of them.
     saturates: bool = False

@@ -85,8 +85,33 @@ def test_the_resnet_blocks_every_conv_and_its_residual_adds(images, tmp_path):
     _matches(model, images, tmp_path)
 
 
+class StemPool(nn.Module):
+    """ResNet's stem: a conv, a max pool, then a block whose residual is the pool's output."""
+
+    def __init__(self):
+        self.stem, self.pool = nn.Conv(1, 16, 3), nn.MaxPool2d(3, stride=2, padding=1)
+        self.a, self.b, self.head = nn.Conv(16, 16, 3), nn.Conv(16, 16, 1), nn.GlobalAvgPool2d()
+
+    def forward(self, x):
+        h = self.pool(nn.ReLU()(self.stem(x)))
+        return self.head(nn.ReLU()(self.b(nn.ReLU()(self.a(h))) + h))
+
+
+def test_a_max_pool_between_convs_pools_their_blocks(images, tmp_path):
+    nn.init.manual_seed(3)
+    model = StemPool().eval()
+    graph = _optimized(model, images)
+    pool = next(n for n in graph.nodes if n.op.name == "max_pool2d")
+    stem, a, b = (n for n in graph.nodes if n.op.channel_blocked)
+    assert stem.attrs["out_block"] and pool.attrs["layout"] == "NCHWc" and len(pool.outputs[0].shape) == 5
+    assert a.inputs[0] is pool.outputs[0] and a.attrs["in_block"] == int(stem.inputs[1].shape[-1])
+    assert not [n for n in graph.nodes if n.op.name == "to_blocked"]  # b's residual, the pool's, is blocks already
+    _matches(model, images, tmp_path)
+
+
 class SharedWithPooling(nn.Module):
-    """A conv whose output feeds another conv and a max pooling (which reads NCHW only)."""
+    """A conv whose output feeds another conv and a max pooling whose output
+    joins a value the graph returns (so the pooling stays NCHW)."""
 
     def __init__(self):
         self.a, self.b, self.pool = nn.Conv(1, 16, 3), nn.Conv(16, 16, 3), nn.MaxPool2d(1)

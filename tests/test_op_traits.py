@@ -17,6 +17,7 @@ EXPECTED = {
     "relu_attr": {"dense", "dense_packed", "dense_int8", "conv2d_int8"},
     "channel_blocked": {"conv2d_packed", "conv2d_winograd", "depthwise_conv2d_packed", "conv2d_int8"},
     "pools_blocked": {"global_avg_pool2d"},
+    "passes_blocks": {"max_pool2d"},
     "quantized_input": {"conv2d_int8"},
     "saturates": {"quantize"},
     "image_block_tasks": {"conv2d_winograd"},

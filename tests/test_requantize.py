@@ -5,6 +5,7 @@ floats in its reader's write-back (``dequantize_add``), and whatever a float
 op reads stays float; the module computes what the quantized model computes
 eagerly, up to the residual's rounding."""
 import numpy as np
+import pytest
 
 import kiln
 from kiln import nn
@@ -17,23 +18,28 @@ VNNI = cpu("znver4")
 
 
 class _Residual(nn.Module):
-    """A stem, then a bottleneck-like block with an identity shortcut, then a float head."""
+    """A stem (with ResNet's max pool where ``pool``), then a bottleneck-like
+    block with an identity shortcut, then a float head."""
 
-    def __init__(self):
+    def __init__(self, pool: bool = False):
         self.stem = nn.Conv(3, 16, 3)
+        self.pool = nn.MaxPool2d(3, stride=2, padding=1) if pool else None
         self.a = nn.Conv(16, 16, 3)
         self.b = nn.Conv(16, 16, 1)
-        self.head = nn.Linear(16 * 6 * 6, 10)
+        self.side = 3 if pool else 6
+        self.head = nn.Linear(16 * self.side ** 2, 10)
 
     def forward(self, x):
         h = self.stem(x).relu()
+        if self.pool is not None:
+            h = self.pool(h)
         y = (self.b(self.a(h).relu()) + h).relu()
-        return self.head(y.reshape((y.shape[0], 16 * 6 * 6)))
+        return self.head(y.reshape((y.shape[0], 16 * self.side ** 2)))
 
 
-def _quantized():
+def _quantized(pool: bool = False):
     nn.init.manual_seed(0)
-    model, rng = _Residual().eval(), np.random.default_rng(1)
+    model, rng = _Residual(pool).eval(), np.random.default_rng(1)
     calibration = [rng.standard_normal((8, 3, 6, 6)).astype(np.float32) for _ in range(2)]
     return model, kiln.quantize(model, calibration, target=VNNI), rng.standard_normal((5, 3, 6, 6)).astype(np.float32)
 
@@ -56,11 +62,25 @@ def test_layers_read_by_int8_convolutions_write_their_codes_and_a_residual_is_de
     assert b.outputs[0].dtype == "uint8" and b.epilogue[-1][0].name == "quantize"
 
 
-def test_the_module_with_codes_between_layers_computes_what_the_quantized_model_does(tmp_path):
-    model, quantized, x = _quantized()
+def test_a_max_pool_between_int8_layers_pools_the_codes():
+    _, quantized, x = _quantized(pool=True)
+    graph = optimize(trace(quantized, x[:1]), kiln.cpu())
+    stem, a, b = (n for n in graph.nodes if n.op.name == "conv2d_int8")
+    pool = next(n for n in graph.nodes if n.op.name == "max_pool2d")
+    # the stem writes codes, the pool pools them: a reads them, b adds them back as floats
+    assert stem.outputs[0].dtype == "uint8" and pool.inputs[0] is stem.outputs[0]
+    assert pool.outputs[0].dtype == "uint8" and a.inputs[0] is pool.outputs[0]
+    _, attrs, (codes,) = next(e for e in b.epilogue if e[0].name == "dequantize_add")
+    assert codes is pool.outputs[0] and attrs["scale"] == a.attrs["in_scale"]
+
+
+@pytest.mark.parametrize("pool", [False, True], ids=["residual", "max pool"])
+def test_the_module_with_codes_between_layers_computes_what_the_quantized_model_does(tmp_path, pool):
+    model, quantized, x = _quantized(pool)
     predictor = Predictor(kiln.export(quantized, x[:1], tmp_path / "res.so"))
     got, eager, floats = predictor(x), quantized(kiln.Tensor(x)).numpy(), model(kiln.Tensor(x)).numpy()
-    # the residual's codes add at most half a step of the stem's output to what eager int8 computes
+    # the residual's codes add at most half a step of the stem's output to what eager int8 computes (a max of
+    # codes is exactly the codes of the max)
     assert _cosine(got, eager) > 0.999 and _cosine(got, floats) > 0.995
 
 

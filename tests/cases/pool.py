@@ -1,3 +1,4 @@
+import numpy as np
 from helpers import Case
 
 
@@ -48,6 +49,19 @@ CASES += [
                                               "count_include_pad": True}),
     Case("avg_pool2d", [(1, 6, 7, 3)], attrs={"kernel": 3, "stride": 2, "padding": 1, "count_include_pad": True,
                                               "layout": "NHWC"}),
+]
+
+def _codes(rng, shapes, dtypes):
+    """Integer codes over their whole range (the padding's least code can tie)."""
+    return [rng.integers(np.iinfo(d).min, np.iinfo(d).max + 1, s).astype(d) for s, d in zip(shapes, dtypes)]
+
+
+CASES += [
+    # int8 codes (``graph/requantize.py``: ResNet's stem writes uint8 codes, the max pool pools them)
+    Case("max_pool2d", [(2, 8, 17, 17)], "uint8", attrs={"kernel": 3, "stride": 2, "padding": 1}, make=_codes,
+         grad=False),
+    Case("max_pool2d", [(1, 5, 7, 3)], "int8", attrs={"kernel": 2, "stride": 2, "padding": 1, "ceil_mode": True,
+                                                     "layout": "NHWC"}, make=_codes, grad=False),
 ]
 CASES += [
     Case("max_pool2d_grad", [(1, 2, 5, 7), (1, 2, 3, 4)], attrs={"kernel": 3, "stride": 2, "padding": 1}),
