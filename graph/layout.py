@@ -58,7 +58,7 @@ def _reader_takes(graph: Graph, reader: Node, value: Value, block: int, blocked:
     if reader.op.channel_blocked and reader.inputs[0] is value and not any(v is value for v in reader.operands()[1:]):
         return True
     if reader.op.pools_blocked and reader.attrs["layout"] == "NCHW" and reader.attrs["keepdims"] \
-            and not reader.epilogue:
+            and not any(others for _, _, others in reader.epilogue):  # an epilogue of no operand (quantize)
         return True
     in_epilogue = any(v is value for _, _, others in reader.epilogue for v in others)
     return in_epilogue and blocked.get(id(reader)) == block and reader.inputs[0] is not value

@@ -83,8 +83,9 @@ def requantize(graph: Graph) -> int:
         if codes is None:
             continue
         scale, zero_point, chain = codes
-        attrs = QUANTIZE.parse_attrs({"scale": scale, "zero_point": zero_point, "dtype": "uint8"})
-        node.epilogue.append((QUANTIZE, attrs, []))
+        attrs = DEQUANTIZE_ADD.parse_attrs({"scale": scale, "zero_point": zero_point, "dtype": "uint8"})
+        # the codes the int8 readers' own quantizing stages computed: by the reciprocal (``conv2d_int8``)
+        node.epilogue.append((QUANTIZE, QUANTIZE.parse_attrs({**attrs, "reciprocal": True}), []))
         for value in chain:
             value.dtype = "uint8"
             for reader in graph.users(value):

@@ -145,12 +145,13 @@ class QuantizedDense:
         self.offset = Tensor(offset(step, self.in_zero_point, wq, 0, bias))
 
     def __call__(self, x, relu: bool = False):
-        q = call("quantize", x, scale=self.in_scale, zero_point=self.in_zero_point, dtype="uint8")
+        q = call("quantize", x, scale=self.in_scale, zero_point=self.in_zero_point, dtype="uint8", reciprocal=True)
         return call("dense_int8", q, self.weight, self.scale, self.offset, relu=relu, weight_bits=self.weight_bits)
 
     def reference(self, x: np.ndarray) -> np.ndarray:
         """What the int8 kernels compute on ``x`` (their numpy references: no kernel is built)."""
-        q = get_op("quantize").reference(x, scale=self.in_scale, zero_point=self.in_zero_point, dtype="uint8")
+        q = get_op("quantize").reference(x, scale=self.in_scale, zero_point=self.in_zero_point, dtype="uint8",
+                                         reciprocal=True)
         return get_op("dense_int8").reference(q, self.weight.numpy(), self.scale.numpy(), self.offset.numpy(),
                                               relu=False, weight_bits=self.weight_bits)
 

@@ -19,7 +19,7 @@ from ..errors import ShapeError
 from . import attrs as A
 from .oprefs import op_ref
 from .registry import Op, register
-from .shapes import is_static, same_dim, shape_str, static
+from .shapes import DTYPES, is_static, same_dim, shape_str, static
 
 to_blocked, from_blocked = op_ref("to_blocked"), op_ref("from_blocked")
 
@@ -49,6 +49,7 @@ class ToBlocked(Op):
     """(N, C, H, W) -> (N, ceil(C / block), H, W, block); channels past C are 0."""
 
     name = "to_blocked"
+    dtypes = (*DTYPES, "uint8", "int8")  # an int8 layer's codes move in blocks too
     grad_inputs = ()
     grad_output = False
     attrs = {"block": A.Attr(A.positive_int, doc="channels per block (innermost)")}
@@ -80,6 +81,7 @@ class FromBlocked(Op):
     """(N, B, H, W, c) -> (N, channels, H, W): the first ``channels`` of the B * c."""
 
     name = "from_blocked"
+    dtypes = (*DTYPES, "uint8", "int8")
     grad_inputs = ()
     grad_output = False
     attrs = {"channels": A.Attr(A.positive_int, doc="C, the channels the blocks hold")}

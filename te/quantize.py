@@ -46,20 +46,22 @@ _QUANT_ATTRS = {"scale": A.Attr(A.positive_float, doc="the real value of one qua
                 "dtype": A.Attr(A.one_of(*QUANTIZED), default="uint8", doc="the quantized dtype")}
 
 
-def quantized(v, scale: float, zero_point: int, dtype: str):
+def quantized(v, scale: float, zero_point: int, dtype: str, reciprocal: bool = False):
     """The expression ``quantize`` computes of one float value ``v``."""
     low, high = _range(dtype)
     dt = v.dtype
-    q = tirx.nearbyint(v / tirx.const(scale, dt)) + tirx.const(zero_point, dt)
+    step = v * tirx.const(1.0 / scale, dt) if reciprocal else v / tirx.const(scale, dt)
+    q = tirx.nearbyint(step) + tirx.const(zero_point, dt)
     q = tirx.Select(tirx.isnan(v), tirx.const(zero_point, dt), q)  # NaN stands for nothing: the zero point
     return tirx.Cast(dtype, tirx.max(tirx.min(q, tirx.const(high, dt)), tirx.const(low, dt)))
 
 
-def quantized_ref(x: np.ndarray, scale: float, zero_point: int, dtype: str) -> np.ndarray:
+def quantized_ref(x: np.ndarray, scale: float, zero_point: int, dtype: str, reciprocal: bool = False) -> np.ndarray:
     """``quantize``'s numpy reference."""
     low, high = _range(dtype)
     with np.errstate(invalid="ignore"):
-        q = np.clip(np.rint(x / x.dtype.type(scale)) + zero_point, low, high)
+        step = x * x.dtype.type(1.0 / scale) if reciprocal else x / x.dtype.type(scale)
+        q = np.clip(np.rint(step) + zero_point, low, high)
     return np.where(np.isnan(x), zero_point, q).astype(dtype)
 
 
@@ -79,21 +81,28 @@ class _Conversion(Op):
 @register
 class Quantize(_Conversion):
     """``clamp(round(x / scale) + zero_point)`` in ``dtype`` (ties to even, as
-    ONNX; infinities saturate, NaN gives the zero point)."""
+    ONNX; infinities saturate, NaN gives the zero point). ``reciprocal=True``
+    multiplies by ``1 / scale`` instead, as a fused requantization does (ONNX
+    Runtime's and oneDNN's int8 kernels): a vector division costs more than an
+    int8 layer's whole write-back, and the product can differ from the
+    quotient by one code where ``x / scale`` lies within a rounding error of a
+    tie. ``kiln.quantize``'s models and the int8 ops' own quantizing stages
+    use it; ONNX's ``QuantizeLinear`` divides."""
 
     name = "quantize"
     dtypes = FLOATS
     saturates = True
+    attrs = {**_QUANT_ATTRS, "reciprocal": A.Attr(A.boolean, default=False, doc="multiply by 1 / scale")}
 
-    def infer_dtype(self, x, scale, zero_point, dtype):
+    def infer_dtype(self, x, scale, zero_point, dtype, reciprocal):
         return dtype
 
-    def compute(self, x, scale, zero_point, dtype):
-        return te.compute(x.shape, lambda *i: quantized(x[i], scale, zero_point, dtype), name=self.name,
+    def compute(self, x, scale, zero_point, dtype, reciprocal):
+        return te.compute(x.shape, lambda *i: quantized(x[i], scale, zero_point, dtype, reciprocal), name=self.name,
                           tag="injective")
 
-    def reference(self, x, scale, zero_point, dtype):
-        return quantized_ref(x, scale, zero_point, dtype)
+    def reference(self, x, scale, zero_point, dtype, reciprocal=False):
+        return quantized_ref(x, scale, zero_point, dtype, reciprocal)
 
 
 @register

@@ -4,7 +4,7 @@ the dequantizing epilogue fused, float32 NCHW out — the int8 counterpart of
 ``conv2d`` that ``kiln.quantize`` puts in its place.
 
 Inside, three stages: ``conv2d_int8_quantize`` writes the input quantized
-(``in_scale``, ``in_zero_point``), padded with the zero point and laid out
+(``in_scale``, ``in_zero_point``; ``quantize`` with ``reciprocal=True``), padded with the zero point and laid out
 (N, H, W, C) with C rounded up to 4, so that the 4 channels one dot product
 reads are adjacent; ``conv2d_int8_acc`` sums, per output position and block
 of ``bn`` output channels, the products over the taps and channels;
@@ -111,7 +111,7 @@ class Conv2dInt8(Int8Product):
             # where every channel is x's, a run of channels reads contiguous memory: a vector load
             v = read(b, ch if every else tirx.min(ch, c - 1), tirx.max(tirx.min(y - ph, h - 1), 0) if ph else y,
                      tirx.max(tirx.min(z - pw, wd - 1), 0) if pw else z)
-            code = v if x.dtype == "uint8" else quantized(v, in_scale, in_zero_point, "uint8")
+            code = v if x.dtype == "uint8" else quantized(v, in_scale, in_zero_point, "uint8", reciprocal=True)
             return tirx.if_then_else(tirx.all(*conditions), code, zero) if conditions else code
         xq = te.compute((n, h + 2 * ph, wd + 2 * pw, c4 * 4), quantize, name="conv2d_int8_quantize", tag="injective")
         ry, rx = te.reduce_axis((0, kh), "ky"), te.reduce_axis((0, kw), "kx")
@@ -138,7 +138,8 @@ class Conv2dInt8(Int8Product):
             x = plain_array(x, min(x.shape[1] * in_block, c4 * 4))
         c, k = x.shape[1], scale.shape[0]
         wq = w.transpose(0, 4, 3, 5, 1, 2).reshape(panels * bn, c4 * 4, kh, kw)[:k, :c].astype(np.float64)
-        xq = (x if x.dtype == np.uint8 else quantized_ref(x, in_scale, in_zero_point, "uint8")).astype(np.float64)
+        xq = (x if x.dtype == np.uint8 else quantized_ref(x, in_scale, in_zero_point, "uint8", reciprocal=True)
+              ).astype(np.float64)
         (ph, pw) = padding
         xq = np.pad(xq, ((0, 0), (0, 0), (ph, ph), (pw, pw)), constant_values=in_zero_point)
         acc = _conv_nchw(xq, wq, stride, (0, 0), (1, 1), 1)  # integers below 2**53: exact in float64

@@ -10,10 +10,12 @@ input (``in_block``) it runs along contiguous channels, a vector at a time. A ta
 of ``bn`` output channels, and steps over the taps and the channels 4 at a
 time: 4 uint8 of a position broadcast, multiplied with each block's (bn, 4)
 int8 weights and summed into its lanes (``int8_intrin.VNNI_16x4``; without
-VNNI the same loops as vectorized int32 arithmetic, exact and slower). The
-tile's outputs (the sums times ``scale`` plus ``offset``) are written within
-the task: one vector store per position and block where the output is
-channel-blocked (``out_block``), a strided NCHW scatter where it is not.
+VNNI the same loops as vectorized int32 arithmetic, exact and slower). A
+channel-blocked output (``out_block``) is written tile by tile, as soon as
+its sums are done (one vector store per position and block: 1x1 layers of
+64 channels 1.2-1.6x faster than writing a whole row after its tiles, whose
+zeroed sums went through memory); an NCHW output, a strided scatter, is
+written along the task's whole row.
 
 ``tile_w``    output positions of the register tile: a divisor of the output
               width, at most ``MAX_TILE_W``. Default: the most accumulators
@@ -28,6 +30,7 @@ from ..config import Config
 from ..dispatch import NOT_APPLICABLE, NotApplicable, register_template
 from ..util import const_int, divisors
 from .int8 import dot_instruction, dot_steps
+from .int8_intrin import local
 
 #: register tile bounds: 8 positions, 4 blocks, 24 of the 32 zmm registers as accumulators
 MAX_TILE_W, MAX_TILE_P, MAX_ACCUMULATORS = 8, 4, 24
@@ -69,11 +72,17 @@ def schedule_conv2d_int8(sch, block, cfg: Config) -> NotApplicable | None:
     zo, zi = sch.split(z, [None, tile_w])
     po, pi = sch.split(p, [None, tile_p])
     sch.reorder(b, y, po, zo, ky, kx, c4, zi, pi, j, r)
-    task = sch.fuse(b, y, po)  # a whole output row per task: the write-back runs along it
+    task = sch.fuse(b, y, po)  # a whole output row per task
     if par:
         sch.parallel(task)
-    sch.reverse_compute_at(block, task)
+    intrinsic = dot_instruction(cfg.target, workload, bn)
     if workload.attrs["out_block"]:
+        # each tile written as soon as it is summed, from its registers (a vector per position and block)
+        sch.reverse_compute_at(block, zo)
+        sch.set_scope(acc, 0, "local")
+        intrinsic = intrinsic and local(intrinsic)
         sch.vectorize(sch.get_loops(block)[-1])  # the bn lanes of one position and block
-    dot_steps(sch, acc, ky, (zi, pi), j, r, dot_instruction(cfg.target, workload, bn))
+    else:
+        sch.reverse_compute_at(block, task)  # the NCHW write-back runs along the row
+    dot_steps(sch, acc, ky, (zi, pi), j, r, intrinsic)
     return None

@@ -61,6 +61,9 @@ CASES = [
     Case("quantize", [(4, 33)], attrs={"scale": 0.5, "zero_point": 128}, make=_floats_and_ties, grad=False),
     Case("quantize", [(2, 3, 5)], "float64", attrs={"scale": 0.1, "zero_point": -3, "dtype": "int8"},
          make=_floats_and_ties, grad=False),
+    # by the reciprocal of a scale that is no power of two (1 / 0.3 is inexact)
+    Case("quantize", [(5, 37)], attrs={"scale": 0.3, "zero_point": 7, "reciprocal": True}, make=_floats_and_ties,
+         grad=False),
     Case("dequantize", [(4, 33)], "uint8", attrs={"scale": 0.5, "zero_point": 128}, make=_codes, grad=False),
     Case("dequantize", [(7,)], "int8", attrs={"scale": 0.02, "zero_point": 5, "dtype": "int8"}, make=_codes,
          grad=False),
