@@ -2,7 +2,9 @@
 weights of the conv2d or dense before them.
 
 Condition: an op linear in its weight (``Op.fold_weight_axis``: an NCHW
-``conv2d``, a ``dense`` without its relu) whose weights are constants, and
+``conv2d``, a ``dense`` without its relu) or affine in its output
+(``Op.affine_output``: the int8 products, ``sums * scale + offset``) whose
+weights are constants, and
 after it a chain of ops affine in the value it reads (``Op.affine_operands``:
 ``add``/``subtract``/``multiply`` in either operand, ``divide`` as the
 dividend) whose other operand is a constant varying along the output
@@ -12,7 +14,9 @@ Rewrite: the chain is ``f(z) = s * z + t`` per channel, with ``t = f(0)`` and
 (kiln's kernels: no op math is written again here). The weights become
 ``W * s`` (per output channel); a bias input (a dense's) becomes ``f(b)``;
 an op without one (a conv2d) keeps one ``add`` of ``t`` after it, which
-``graph.fuse`` folds into its write-back.
+``graph.fuse`` folds into its write-back; an int8 product's ``scale``
+becomes ``scale * s`` and its ``offset`` ``f(offset)`` (an imported
+model's bias add then costs its write-back nothing).
 """
 from __future__ import annotations
 
@@ -36,9 +40,11 @@ def evaluate(op: str, *arrays: np.ndarray, **attrs) -> np.ndarray:
 
 
 def _foldable(node: Node) -> bool:
-    """Whether ``node`` is linear in its weights (``Op.fold_weight_axis``, in
-    NCHW and without a relu, nothing fused yet) and they are constants it can scale."""
-    return (node.op.fold_weight_axis is not None and not node.epilogue and not node.attrs.get("relu")
+    """Whether ``node`` is linear in its weights (``Op.fold_weight_axis``) or
+    affine in its output (``Op.affine_output``), in NCHW and without a relu,
+    nothing fused yet, and they are constants it can scale."""
+    return ((node.op.fold_weight_axis is not None or node.op.affine_output is not None) and not node.epilogue
+            and not node.attrs.get("relu")
             and node.attrs.get("layout", "NCHW") == "NCHW" and all(v.is_const for v in node.inputs[1:]))
 
 
@@ -75,6 +81,13 @@ def _apply_chain(links: list[Node], z: np.ndarray) -> np.ndarray:
     return z
 
 
+def _drop(graph: Graph, links: list[Node], out: Value) -> None:
+    """Remove the folded ``links``: their readers read ``out`` instead."""
+    graph.replace_uses(links[-1].outputs[0], out)
+    for link in reversed(links):
+        graph.remove(link)
+
+
 def fold_affine(graph: Graph) -> int:
     """Fold every affine chain that can be folded; return how many were."""
     folded = 0
@@ -87,6 +100,16 @@ def fold_affine(graph: Graph) -> int:
         probe = (1,) * CHANNELS + (channels,) + (1,) * (len(out.shape) - CHANNELS - 1)
         t = _apply_chain(links, np.zeros(probe, dtype))
         s = evaluate("subtract", _apply_chain(links, np.ones(probe, dtype)), t)
+        if node.op.affine_output is not None:  # y = sums * scale + offset:  f(y) = sums * (scale s) + f(offset)
+            at, off = node.op.affine_output
+            scale, offset = node.inputs[at], node.inputs[off]
+            node.inputs[at] = Value(scale.shape, dtype, data=evaluate("multiply", scale.data, s.reshape(-1)),
+                                    name=scale.name + "'")
+            node.inputs[off] = Value(offset.shape, dtype, name=offset.name + "'",
+                                     data=_apply_chain(links, offset.data.reshape(probe)).reshape(-1))
+            _drop(graph, links, out)
+            folded += 1
+            continue
         weight = node.inputs[1]
         along = [1] * len(weight.shape)  # s along the weight's output channels
         along[node.op.fold_weight_axis] = channels
@@ -96,9 +119,7 @@ def fold_affine(graph: Graph) -> int:
             bias = node.inputs[2]
             node.inputs[2] = Value(bias.shape, dtype, data=_apply_chain(links, bias.data.reshape(probe)).reshape(-1),
                                    name=bias.name + "'")
-            graph.replace_uses(links[-1].outputs[0], out)
-            for link in reversed(links):
-                graph.remove(link)
+            _drop(graph, links, out)
         else:  # no bias (conv2d): one add of t after W s
             first = links[0]
             first.op, first.attrs = get_op("add"), {}

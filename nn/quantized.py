@@ -70,6 +70,8 @@ class QuantizedModel(Module):
 
     def __init__(self, module: Module, products: list, report: list):
         self.module, self.report = module, report
+        # the copy's mode, eval: what restores a mode after a run (kiln.export) then restores that
+        self.training = module.training
         self._products = products  # [(weight Parameter, read transposed, QuantizedProduct)]: a copy keeps all
 
     def forward(self, *args, **kwargs):

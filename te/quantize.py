@@ -193,6 +193,7 @@ class Int8Product(Op):
     arity = 4
     family = "int8"  # its own templates (schedules/cpu/int8*.py), not the float products'
     operand_dtypes: tuple = ()  # per operand a dtype, or a tuple of the dtypes it may have
+    affine_output = (2, 3)  # sums * scale + offset: a bias add or a BatchNorm after it folds in (graph.fold)
 
     def check(self, shapes, dtypes=None, attrs=None):
         workload = super().check(shapes, dtypes, attrs)

@@ -16,7 +16,9 @@ one ``bn``-wide vector per output position and block (the channels past K
 zero), and the layout pass (``graph.layout``) carries those blocks from one
 convolution to the next. It is ``quantized_input``: x may come as uint8, the
 codes of ``in_scale`` and ``in_zero_point`` (a producer that wrote them,
-``graph.requantize``), which the first stage then only pads and lays out. The weight comes as ``pack_conv_int8_weight`` blocks (P, KH, KW, C4,
+``graph.requantize``), which the first stage then only pads and lays out
+(and which, in channel blocks and unpadded, the sums read as they are: no
+first stage). The weight comes as ``pack_conv_int8_weight`` blocks (P, KH, KW, C4,
 bn, 4). Padding with the zero point makes a padded tap add ``zp * w``, which
 ``offset`` (``b - s_x s_w zp sum(w)``, over every tap) takes away again: the
 padding stands for 0.0 exactly as ``conv2d``'s zeros do.
@@ -113,11 +115,22 @@ class Conv2dInt8(Int8Product):
                      tirx.max(tirx.min(z - pw, wd - 1), 0) if pw else z)
             code = v if x.dtype == "uint8" else quantized(v, in_scale, in_zero_point, "uint8", reciprocal=True)
             return tirx.if_then_else(tirx.all(*conditions), code, zero) if conditions else code
-        xq = te.compute((n, h + 2 * ph, wd + 2 * pw, c4 * 4), quantize, name="conv2d_int8_quantize", tag="injective")
         ry, rx = te.reduce_axis((0, kh), "ky"), te.reduce_axis((0, kw), "kx")
         rc, rr = te.reduce_axis((0, c4), "c4"), te.reduce_axis((0, 4), "r")
+        if x.dtype == "uint8" and in_block and in_block % 4 == 0 and not (ph or pw):
+            # codes in channel blocks, unpadded: each 4 channels a dot product reads are adjacent already
+            quads = in_block // 4
+
+            def code(b, y, z, c, r):
+                return x[b, c // quads, y, z, c % quads * 4 + r]
+        else:
+            xq = te.compute((n, h + 2 * ph, wd + 2 * pw, c4 * 4), quantize, name="conv2d_int8_quantize",
+                            tag="injective")
+
+            def code(b, y, z, c, r):
+                return xq[b, y, z, c * 4 + r]
         acc = te.compute((n, oh, ow, panels, bn), lambda b, y, z, p, j: te.sum(
-            xq[b, y * sh + ry, z * sw + rx, rc * 4 + rr].astype("int32") * w[p, ry, rx, rc, j, rr].astype("int32"),
+            code(b, y * sh + ry, z * sw + rx, rc, rr).astype("int32") * w[p, ry, rx, rc, j, rr].astype("int32"),
             axis=[ry, rx, rc, rr]), name="conv2d_int8_acc", tag="conv2d")
 
         def value(b, p, j, y, z):

@@ -117,6 +117,10 @@ class Op:
     #: a relu), so an affine chain after it folds into the weight and into its
     #: bias (input 2) where it has one; None: nothing folds into it.
     fold_weight_axis: int | None = None
+    #: graph.fold: ``(scale, offset)``, the inputs of an op whose output is
+    #: ``sums * scale + offset`` per output channel (axis 1; the int8 products:
+    #: without their relu), so an affine chain after it folds into them.
+    affine_output: tuple[int, int] | None = None
     #: graph.transposes: its output is its input's axes in the order
     #: ``perm(ndim, axes)`` (a transpose).
     permutes_axes: bool = False

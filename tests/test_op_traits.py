@@ -24,6 +24,7 @@ EXPECTED = {
     "in_task_prologue": {"conv2d_packed"},
     "affine_operands": {"add": (0, 1), "subtract": (0, 1), "multiply": (0, 1), "divide": (0,)},
     "fold_weight_axis": {"conv2d": 0, "dense": 1},
+    "affine_output": {"conv2d_int8": (2, 3), "dense_int8": (2, 3)},
     "permutes_axes": {"transpose"},
     "transposed_operands": {"matmul"},
     "dense_layer": {"dense"},

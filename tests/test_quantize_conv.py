@@ -83,3 +83,26 @@ def test_a_depthwise_convolution_stays_float_and_the_report_says_why():
     assert "depthwise" in quantized.report[1].why
     want, got = model(kiln.Tensor(x)).numpy(), quantized(kiln.Tensor(x)).numpy()
     assert got.ravel() @ want.ravel() / np.linalg.norm(got) / np.linalg.norm(want) > 0.995
+
+
+def test_a_batchnorm_after_an_int8_conv_folds_into_its_scale_and_offset(tmp_path):
+    """kiln.quantize leaves an eval BatchNorm (and an imported model's bias add) after
+    the conv2d_int8; the export folds it into the op's per-channel scale and offset."""
+    nn.init.manual_seed(5)
+    model = nn.Sequential(nn.Conv(3, 16, 3, bias=False), nn.BatchNorm2d(16), nn.ReLU(), nn.Conv(16, 8, 1))
+    rng = np.random.default_rng(6)
+    x = rng.standard_normal((8, 3, 6, 6)).astype(np.float32)
+    model.train()
+    model(kiln.Tensor(x))  # BatchNorm statistics away from (0, 1)
+    model.eval()
+    quantized = kiln.quantize(model, x, target=VNNI)
+    graph = optimize(trace(quantized, x[:1]), kiln.cpu())
+    first = next(n for n in graph.nodes if n.op.name == "conv2d_int8")
+    # nothing of the BatchNorm is left to compute: the relu is the op's own, the codes its readers'
+    assert first.attrs["relu"] and [op.name for op, _, _ in first.epilogue] in ([], ["quantize"])
+    predictor = Predictor(kiln.export(quantized, x[:1], tmp_path / "bn.so"))
+    # exporting leaves the quantized model in eval mode, as it found it (its BatchNorm ran on batch statistics)
+    assert not quantized.training and not any(m.training for m in quantized.module.modules)
+    eager = quantized(kiln.Tensor(x)).numpy()
+    # the folded affine rounds differently from the chain it replaces: a code may move by one step
+    assert np.max(np.abs(predictor(x) - eager)) <= 0.01 * np.max(np.abs(eager))

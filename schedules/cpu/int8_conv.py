@@ -4,7 +4,8 @@ per position, block and 4 input channels where the target has AVX-512 VNNI (on A
 7-bit weights, ``vpmaddubsw`` and ``vpmaddwd``: ``int8.dot_instruction``).
 
 The quantizing stage (``conv2d_int8_quantize``: the input as padded uint8
-(N, H, W, C)) runs first, parallel over its rows; reading a channel-blocked
+(N, H, W, C); none where the input is uint8 codes in channel blocks and
+unpadded) runs first, parallel over its rows; reading a channel-blocked
 input (``in_block``) it runs along contiguous channels, a vector at a time. A task then holds a tile of
 ``tile_w`` adjacent output positions of one output row x ``tile_p`` blocks
 of ``bn`` output channels, and steps over the taps and the channels 4 at a
@@ -28,7 +29,7 @@ from __future__ import annotations
 
 from ..config import Config
 from ..dispatch import NOT_APPLICABLE, NotApplicable, register_template
-from ..util import const_int, divisors
+from ..util import const_int, divisors, find_block
 from .int8 import dot_instruction, dot_steps
 from .int8_intrin import local
 
@@ -58,14 +59,15 @@ def schedule_conv2d_int8(sch, block, cfg: Config) -> NotApplicable | None:
     tile_p = cfg.define_knob("tile_p", [d for d in divisors(panels) if d <= MAX_TILE_P], default=tp)
     par = cfg.define_knob("parallel", (0, 1), default=1)
 
-    quant = sch.get_sblock("conv2d_int8_quantize")
-    b, y, _, ch = sch.get_loops(quant)
-    rows = sch.fuse(b, y)
-    if par:
-        sch.parallel(rows)
-    lanes = const_int(workload.shapes[1][3]) * 4
-    if workload.attrs["in_block"] and lanes % QUANT_LANES == 0:
-        sch.vectorize(sch.split(ch, [None, QUANT_LANES])[1])
+    quant = find_block(sch, "conv2d_int8_quantize")  # none where the sums read blocked codes as they are
+    if quant is not None:
+        b, y, _, ch = sch.get_loops(quant)
+        rows = sch.fuse(b, y)
+        if par:
+            sch.parallel(rows)
+        lanes = const_int(workload.shapes[1][3]) * 4
+        if workload.attrs["in_block"] and lanes % QUANT_LANES == 0:
+            sch.vectorize(sch.split(ch, [None, QUANT_LANES])[1])
 
     acc = sch.get_sblock("conv2d_int8_acc")
     b, y, z, p, j, ky, kx, c4, r = sch.get_loops(acc)
