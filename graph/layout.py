@@ -7,14 +7,16 @@ the data input of another such convolution, an NCHW pooling that can run
 blocked (``Op.pools_blocked``: ``global_avg_pool2d``), a max pool nothing
 is fused into whose own readers all take blocks (``Op.passes_blocks``:
 ResNet's stem pool), or the residual operand of a convolution that is itself
-blocked with the same block width (its fused ``add``). Rewrite: the convolution writes (N, ceil(O / oc), OH, OW, oc)
-(``out_block``), a contiguous vector per output pixel instead of a strided
-transpose; a convolution reading it takes ``in_block``; a pooling reading it
-runs in the blocked layout and is followed by ``from_blocked`` (on its 1x1
-output); a max pool reading it pools the blocks and writes blocks; the per-channel constants of a blocked convolution's epilogue
-(bias, an unfolded BatchNorm affine) are blocked once, at export. Values the
-graph returns and every other reader stay NCHW, so layout conversions happen
-only at the edges of a blocked region — none inside it.
+blocked with the same block width (its fused ``add``). Rewrite: the
+convolution writes (N, ceil(O / oc), OH, OW, oc) (``out_block``), a
+contiguous vector per output pixel instead of a strided transpose; a
+convolution reading it takes ``in_block``; a pooling reading it runs in the
+blocked layout and is followed by ``from_blocked`` (on its 1x1 output); a
+max pool reading it pools the blocks and writes blocks; the per-channel
+constants of a blocked convolution's epilogue (bias, an unfolded BatchNorm
+affine) are blocked once, at export. Values the graph returns and every
+other reader stay NCHW, so layout conversions happen only at the edges of a
+blocked region — none inside it.
 """
 from __future__ import annotations
 

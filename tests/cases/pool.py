@@ -62,6 +62,13 @@ CASES += [
          grad=False),
     Case("max_pool2d", [(1, 5, 7, 3)], "int8", attrs={"kernel": 2, "stride": 2, "padding": 1, "ceil_mode": True,
                                                      "layout": "NHWC"}, make=_codes, grad=False),
+    # in channel blocks (graph.layout: between blocked convolutions; schedules/cpu/pool.py)
+    Case("max_pool2d", [(2, 3, 17, 17, 16)], attrs={"kernel": 3, "stride": 2, "padding": 1, "layout": "NCHWc"},
+         grad=False),
+    Case("max_pool2d", [(1, 2, 9, 10, 16)], "uint8", attrs={"kernel": 3, "stride": 2, "padding": 1,
+                                                           "layout": "NCHWc"}, make=_codes, grad=False),
+    Case("max_pool2d", [(1, 1, 7, 7, 8)], attrs={"kernel": 2, "stride": 1, "dilation": 2, "ceil_mode": True,
+                                                 "layout": "NCHWc"}, grad=False),
 ]
 CASES += [
     Case("max_pool2d_grad", [(1, 2, 5, 7), (1, 2, 3, 4)], attrs={"kernel": 3, "stride": 2, "padding": 1}),

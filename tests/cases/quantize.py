@@ -83,6 +83,10 @@ CASES = [
     # the input as uint8 codes (graph.requantize), NCHW and blocked
     _conv_case((1, 8, 9, 9), 16, 3, x_dtype="uint8", padding=(1, 1)),
     _conv_case((2, 32, 5, 5), 16, 1, x_dtype="uint8", in_block=16, out_block=True, relu=True),
+    # blocked codes read in place by a 1x1 (no quantizing stage): stride 2, C = 20 (the last block padded);
+    # a padded 3x3 still lays them out first
+    _conv_case((2, 20, 7, 7), 24, 1, x_dtype="uint8", stride=(2, 2), in_block=16),
+    _conv_case((1, 16, 6, 6), 16, 3, x_dtype="uint8", padding=(1, 1), in_block=16, out_block=True),
     Case("dequantize_add", [(2, 3, 5, 4), (2, 3, 5, 4)], ["float32", "uint8"], attrs={"scale": 0.05, "zero_point": 3},
          make=_residual, grad=False),
     Case("dequantize_add", [(7, 33), (7, 33)], ["float32", "int8"],
