@@ -150,9 +150,17 @@ class Silu(Pointwise):
         return (g * (s * (x * (1.0 - s) + 1.0)),)
 
 
+def _times(v, c: float):
+    """``v * c`` as IEEE computes it for an attribute ``c`` of 0 too: NaN for
+    a NaN or infinite v (TVM's simplifier folds ``v * 0`` to 0)."""
+    if c == 0:
+        return tirx.Select(tirx.isfinite(v), _c(0.0, v), _c(float("nan"), v))
+    return v * _c(c, v)
+
+
 def _hardsigmoid(v, alpha, beta):
     """``max(0, min(1, alpha v + beta))``, NaN kept."""
-    return nanmath.maximum(nanmath.minimum(v * _c(alpha, v) + _c(beta, v), _c(1.0, v)), _c(0.0, v))
+    return nanmath.maximum(nanmath.minimum(_times(v, alpha) + _c(beta, v), _c(1.0, v)), _c(0.0, v))
 
 
 @register
@@ -241,7 +249,7 @@ class LeakyRelu(Pointwise):
     attrs = {"alpha": A.Attr(_real, default=0.01, doc="slope below 0")}
 
     def expr(self, v, alpha):
-        return tirx.Select(v < _c(0.0, v), v * _c(alpha, v), v)
+        return tirx.Select(v < _c(0.0, v), _times(v, alpha), v)
 
     def reference(self, x, alpha):
         x = _float(x)
@@ -262,7 +270,7 @@ class Elu(Pointwise):
 
     def expr(self, v, alpha):
         zero = _c(0.0, v)
-        return tirx.Select(v > zero, v, _c(alpha, v) * (fastmath.exp(nanmath.minimum(v, zero)) - _c(1.0, v)))
+        return tirx.Select(v > zero, v, _times(fastmath.exp(nanmath.minimum(v, zero)) - _c(1.0, v), alpha))
 
     def reference(self, x, alpha):
         x = _float(x)
