@@ -48,6 +48,17 @@ def schedule_depthwise_packed(sch, block, cfg: Config) -> NotApplicable | None:
     else:  # an NCHW output: its channels as (block, lane)
         n, c, y, x, rh, rw = sch.get_loops(block)
         b, lane = sch.split(c, [None, oc])
+    row_tiles(sch, block, (n, b, y, x, lane, rh, rw), tile, par)
+    return None
+
+
+def row_tiles(sch, block, loops, tile: int, par: int) -> None:
+    """A windowed reduction over channel blocks (``loops``: image, block, row,
+    column, lane, window row, window column) as tasks of one output row,
+    its columns in tiles of ``tile`` kept in registers while the window's
+    taps are read (vectorized over the lanes; the taps and the tile's
+    columns unrolled), each tile written back after its taps."""
+    n, b, y, x, lane, rh, rw = loops
     xo, xi = sch.split(x, [None, tile])
     sch.reorder(n, b, y, xo, rh, rw, xi, lane)
     acc = sch.cache_write(block, 0, "local")  # the tile's accumulators, written back after its taps
@@ -60,4 +71,3 @@ def schedule_depthwise_packed(sch, block, cfg: Config) -> NotApplicable | None:
         sch.parallel(rows)
     sch.decompose_reduction(block, rh)
     sch.vectorize(sch.get_loops(acc)[-1])
-    return None

@@ -22,6 +22,7 @@ from __future__ import annotations
 from ..config import Config
 from ..dispatch import NOT_APPLICABLE, NotApplicable, register_template
 from ..util import const_int, divisors
+from .depthwise import row_tiles
 
 MAX_TILE_OW = 8
 
@@ -37,17 +38,5 @@ def schedule_max_pool_blocked(sch, block, cfg: Config) -> NotApplicable | None:
     tile = cfg.define_knob("tile_ow", divisors(width), default=max(t for t in divisors(width) if t <= MAX_TILE_OW))
     par = cfg.define_knob("parallel", (0, 1), default=1)
 
-    n, b, y, x, lane, ry, rx = sch.get_loops(block)
-    xo, xi = sch.split(x, [None, tile])
-    sch.reorder(n, b, y, xo, ry, rx, xi, lane)
-    acc = sch.cache_write(block, 0, "local")  # the tile's maxima, written back after its taps
-    sch.reverse_compute_at(acc, xo)
-    sch.vectorize(lane)  # before decompose_reduction (TVM rejects it after)
-    for loop in (xi, ry, rx):
-        sch.unroll(loop)
-    rows = sch.fuse(n, b, y)
-    if par:
-        sch.parallel(rows)
-    sch.decompose_reduction(block, ry)
-    sch.vectorize(sch.get_loops(acc)[-1])
+    row_tiles(sch, block, sch.get_loops(block), tile, par)  # the depthwise template's tasks and tiles
     return None
