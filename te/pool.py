@@ -36,6 +36,7 @@ from tvm import te, tirx
 from ..errors import ShapeError
 from . import attrs as A
 from . import nanmath
+from .layout import blocked_array, plain_array
 from .oprefs import op_ref
 from .registry import Op, register
 from .shapes import FLOATS, dtype_of, is_static, shape_str, size, static
@@ -179,15 +180,13 @@ def _scatter_np(parts, x_shape, attrs):
 
 def _to_layout(out, layout, block: int = 1):
     if layout == "NCHWc":
-        n, c, h, w = out.shape
-        return out.reshape(n, c // block, block, h, w).transpose(0, 1, 3, 4, 2).copy()
+        return blocked_array(out, block)
     return out.transpose(0, 2, 3, 1).copy() if layout == "NHWC" else out
 
 
 def _to_nchw(a, layout):
     if layout == "NCHWc":
-        n, b, h, w, c = a.shape
-        return a.transpose(0, 1, 4, 2, 3).reshape(n, b * c, h, w)
+        return plain_array(a, a.shape[1] * a.shape[4])
     return a.transpose(0, 3, 1, 2) if layout == "NHWC" else a
 
 
