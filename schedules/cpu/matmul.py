@@ -35,7 +35,12 @@ The GotoBLAS/BLIS recipe, one knob per decision. Loops, outermost first::
               within a block: the loads and stores of C are loop-invariant
               in the micro-kernel and promoted).
 ``block_m``   register tiles of rows per parallel task: A's packed block
-              (``block_m * tile_m x tile_k``) is sized to stay in L2.
+              (``block_m * tile_m x tile_k``) is sized to stay in L2. A
+              symbolic M takes 1 or 0 (``WHOLE``: every row tile in one
+              task); 0 by default where the threads split B's columns
+              (``cols_first``): each thread then streams its range of B
+              once per call, not once per 8 rows (BERT-base at 128 tokens,
+              ONNX Runtime / kiln 0.79 -> 0.96 at batch 1).
 ``block_n``   n panels per parallel task (default all of them; fewer when the
               rows alone do not give every thread work).
 ``pack_a``    1 to copy each task's A block to ``[M / tile_m, K, tile_m]``
@@ -111,6 +116,10 @@ PACK_B_ROWS = 1024
 FULL_K_MAX = 1024        # up to this K the whole reduction runs in registers by default
 K_BLOCK = 512            # the default k block beyond it
 A_BLOCK_BYTES = 192 << 10  # A's packed block: well inside a 512 KB L2 next to the B panel
+#: ``block_m`` for every tile of a symbolic M in one task: the default where B's columns are split among the
+#: threads (``cols_first``), so that each thread streams its range of B once per call, not once per 8 rows
+#: (BERT-base, 128 tokens a row of the batch: its dense layers read 340 MB of weights; see ``_tasks``)
+WHOLE = 0
 # the least share of the threads' time spent working that the default row blocks leave (``_balance``): a
 # weight gradient 784 x 128 -> 512 (X^T dY, 98 tiles of 8 rows) ran faster in 14 blocks than in 7 on 2
 # threads (figures: benchmarks/RESULTS.md, "Template choices: the measurements behind schedules/")
@@ -223,14 +232,15 @@ def _tasks(cfg: Config, r: MatmulRoles, tile: Tile, few: int, par: int) -> Tasks
     m_tiles = -(-r.m // tile.m) if r.m else None
     n_panels = -(-r.n // tile.n) if r.n else None
     cores = cfg.target.cores
-    block_m = cfg.define_knob("block_m", divisors(m_tiles),
-                              default=_default_block_m(m_tiles, tile.m * k_step * r.elem, r.batch, cores))
-    row_tasks = _count(r.batch) * -(-m_tiles // block_m) if m_tiles and None not in r.batch else None
-    row_tasks = row_tasks or (1 if few else None)  # few rows: the columns give the threads their work
     b_bytes = (k_pad or 0) * (r.n or 0) * r.elem
     split = _column_range(n_panels, cores)
-    cols_first = cfg.define_knob("cols_first", (0, 1), default=int(
-        bool(par) and not few and b_bytes > COLS_FIRST_BYTES and split is not None))
+    wide = bool(par) and not few and b_bytes > COLS_FIRST_BYTES and split is not None
+    block_m = cfg.define_knob("block_m", divisors(m_tiles) if m_tiles else (1, WHOLE), default=(
+        _default_block_m(m_tiles, tile.m * k_step * r.elem, r.batch, cores) if m_tiles else
+        WHOLE if wide else 1))
+    row_tasks = _count(r.batch) * -(-m_tiles // block_m) if m_tiles and None not in r.batch else None
+    row_tasks = row_tasks or (1 if few or block_m == WHOLE else None)  # the columns give the threads their work
+    cols_first = cfg.define_knob("cols_first", (0, 1), default=int(wide))
     block_n = cfg.define_knob("block_n", divisors(n_panels), default=(
         split if cols_first and split else _default_block_n(n_panels, row_tasks, cores)))
     return Tasks(tile_k, k_pad is not None and tile_k < k_pad, block_m, block_n, cols_first, par)

@@ -26,8 +26,8 @@ class Tile:
 @dataclass(frozen=True)
 class Tasks:
     """The cache blocks and the tasks: ``tile_k`` (a block of k when
-    ``blocked``), ``block_m`` tiles of rows and ``block_n`` panels per task,
-    ordered ``cols_first`` or not, run in parallel with ``parallel``."""
+    ``blocked``), ``block_m`` tiles of rows (0: all of a symbolic M's) and
+    ``block_n`` panels per task, ordered ``cols_first`` or not, run in parallel with ``parallel``."""
 
     tile_k: int
     blocked: bool
@@ -100,11 +100,11 @@ def _loop_nest(sch, r: MatmulRoles, tile: Tile, tasks: Tasks, loops: tuple) -> t
     the accumulator's write-back block or None)."""
     batch, m, no, ni, k = loops
     mo, mi = sch.split(m, [None, tile.m])
-    mb, mo = sch.split(mo, [None, tasks.block_m])
+    mb, mo = sch.split(mo, [None, tasks.block_m]) if tasks.block_m else (None, mo)  # 0: every row tile
     nb, no = sch.split(no, [None, tasks.block_n])
     ko, ki = sch.split(k, [None, tasks.tile_k]) if tasks.blocked else (None, k)
     ku, kk = sch.split(ki, [None, tile.k])
-    ranges = (nb, mb) if tasks.cols_first else (mb, nb)
+    ranges = tuple(x for x in ((nb, mb) if tasks.cols_first else (mb, nb)) if x is not None)
     sch.reorder(*([ko] if tasks.blocked else []), *batch, *ranges, no, mo, ku, kk, mi, ni)
     acc = None
     if not tasks.blocked:  # the whole reduction in registers: a local tile written back once
