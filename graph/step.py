@@ -133,5 +133,5 @@ def graph_key(graph: Graph, target) -> str:
     kernels will use (a new record makes a new module), the target and the
     code that compiles it."""
     tuned = [config_key(tuned_of(node_workload(n), target)) for n in kernel_nodes(graph)]
-    return digest({"graph": describe(graph), "tuned": tuned, "target": target.key, "kiln": __version__, "tvm": tvm.__version__,
+    return digest({"graph": describe(graph), "tuned": tuned, "target": target.build_key, "kiln": __version__, "tvm": tvm.__version__,
                    "code": cache.code_fingerprint(), "graph_code": _graph_code(), "entry": cache.ENTRY_FORMAT})

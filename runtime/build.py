@@ -54,7 +54,7 @@ def build(op, shapes: Sequence, dtypes: Sequence[str] | str | None = None, attrs
 def build_workload(workload: Workload, target, config: Mapping | None = None) -> Kernel:
     """``build`` for a workload already checked (``Op.check``) on a ``Target``."""
     values = tuned_config(workload, target) if config is None else dict(config)
-    key = cache.key_of(workload, target.key, config_key(values))
+    key = cache.key_of(workload, target.build_key, config_key(values))
 
     def relower():
         return lower(workload, target, values)

@@ -65,6 +65,13 @@ class Target:
         """Stable text naming the target in cache keys and records."""
         return f"llvm -mcpu={self.mcpu}" if self.kind == "cpu" else f"cuda -arch={self.arch}"
 
+    @property
+    def build_key(self) -> str:
+        """``key`` and what else the template defaults read off this process
+        (the threads: a task's row blocks, ``cols_first``): the kernel caches'
+        key, so that a kernel built for 1 thread is not served to 2."""
+        return f"{self.key} -threads={self.cores}" if self.kind == "cpu" else self.key
+
     @cached_property
     def vector_bits(self) -> int:
         if self.kind != "cpu":

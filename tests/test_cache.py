@@ -43,6 +43,13 @@ def test_a_second_process_reuses_the_disk_cache(tmp_path):
     assert stat.S_IMODE((tmp_path / "kernels").stat().st_mode) == 0o700
 
 
+def test_a_kernel_built_for_other_threads_is_not_served(tmp_path):
+    # the template defaults read the thread count (row blocks, cols_first): it is part of the key
+    assert probe(tmp_path, KILN_NUM_THREADS="1")["compiled"] == 1
+    assert probe(tmp_path, KILN_NUM_THREADS="2")["compiled"] == 1
+    assert probe(tmp_path, KILN_NUM_THREADS="1")["disk_hits"] == 1 and len(entries(tmp_path)) == 2
+
+
 @pytest.mark.parametrize("damage", ["truncate", "garbage"])
 def test_a_damaged_entry_is_detected_and_rebuilt(tmp_path, damage):
     probe(tmp_path)
