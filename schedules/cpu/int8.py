@@ -2,7 +2,7 @@
 the weight's blocks, the dequantizing epilogue applied as each tile is
 written.
 
-A task (parallel over row blocks x panel blocks) holds a tile of ``tile_m``
+A task (parallel over panel blocks x row blocks) holds a tile of ``tile_m``
 rows x ``tile_p`` panels of ``bn`` int32 lanes. Each step of 4 along K
 broadcasts 4 uint8 of a row and adds to each of its panels the dot products
 of those 4 with the panel's (bn, 4) int8 block: on a target with AVX-512
@@ -20,6 +20,13 @@ within the task, from its tile.
 ``tile_p``    panels (of ``bn`` columns) of the register tile: a divisor of the
               panels. Default: the most up to 4.
 ``parallel``  1 to run the tasks on the thread pool.
+``cols_first`` 1 to order the tasks panel block first: each thread takes a
+              range of the weight's panels and runs every row against it,
+              so the weight is read once per call and the rows (the smaller
+              re-read: a tile has fewer rows than columns) once per panel
+              block. Default 1: BERT-base int8 at 128 tokens 41.3 -> 31.5 ms
+              at batch 1 (rows first read its 85 MB of weights once per 4
+              rows).
 """
 from __future__ import annotations
 
@@ -73,13 +80,15 @@ def schedule_dense_int8(sch, block, cfg: Config) -> NotApplicable | None:
     panel_choices = divisors(panels)
     tile_p = cfg.define_knob("tile_p", panel_choices, default=max(t for t in panel_choices if t <= MAX_TILE_P))
     par = cfg.define_knob("parallel", (0, 1), default=1)
+    cols_first = cfg.define_knob("cols_first", (0, 1), default=1)
 
     acc = sch.get_sblock("dense_int8_acc")
     i, p, j, k4, r = sch.get_loops(acc)
     io, ii = sch.split(i, [None, tile_m])
     po, pi = sch.split(p, [None, tile_p])
-    sch.reorder(io, po, k4, ii, pi, j, r)
-    task = sch.fuse(io, po)
+    tasks = (po, io) if cols_first else (io, po)
+    sch.reorder(*tasks, k4, ii, pi, j, r)
+    task = sch.fuse(*tasks)
     if par:
         sch.parallel(task)
     sch.reverse_compute_at(block, task)
