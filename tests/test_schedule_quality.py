@@ -271,9 +271,13 @@ def test_matmul_row_blocks_deal_out_evenly_to_the_threads():
     from kiln.schedules.cpu.matmul import BALANCE, _balance, _default_block_m
 
     assert _balance(7, 2) == pytest.approx(7 / 8) and _balance(14, 2) == 1.0
-    assert _default_block_m(98, 4096, [], cores=2) == 7  # 14 tasks, not 7 (one thread idle an eighth of the time)
-    assert _default_block_m(49, 4096, [], cores=2) == 7  # no better balance within 8 tasks a thread: kept
-    assert _default_block_m(16, 4096, [], cores=2) == 4  # already even
+    a_block = 192 << 10
+    assert _default_block_m(98, 4096, [], 2, a_block) == 7  # 14 tasks, not 7 (one thread idle an eighth of the time)
+    assert _default_block_m(49, 4096, [], 2, a_block) == 7  # no better balance within 8 tasks a thread: kept
+    assert _default_block_m(16, 4096, [], 2, a_block) == 4  # already even
+    # B's columns split among the threads: the rows in as few blocks as fit the L2's share
+    assert _default_block_m(16, 24576, [], 2, a_block, wide=True) == 8
+    assert _default_block_m(16, 24576, [], 2, 4 * a_block, wide=True) == 16
     # X^T dY of a 128-row batch through a 784 -> 512 layer (the MLP's weight gradient): its row tiles (784
     # rows in tiles of the ISA's tile_m) in blocks dealt out evenly
     config = kiln.build("matmul", [(128, 784), (128, 512)], attrs={"transpose_a": True}).resolved_config()

@@ -35,7 +35,8 @@ The GotoBLAS/BLIS recipe, one knob per decision. Loops, outermost first::
               within a block: the loads and stores of C are loop-invariant
               in the micro-kernel and promoted).
 ``block_m``   register tiles of rows per parallel task: A's packed block
-              (``block_m * tile_m x tile_k``) is sized to stay in L2. A
+              (``block_m * tile_m x tile_k``) is sized to stay in L2
+              (``A_BLOCK_SHARE`` of ``Target.l2_bytes``). A
               symbolic M takes 1 or 0 (``WHOLE``: every row tile in one
               task); 0 by default where the threads split B's columns
               (``cols_first``): each thread then streams its range of B
@@ -115,7 +116,11 @@ PARALLEL_WORK = 1 << 16
 PACK_B_ROWS = 1024
 FULL_K_MAX = 1024        # up to this K the whole reduction runs in registers by default
 K_BLOCK = 512            # the default k block beyond it
-A_BLOCK_BYTES = 192 << 10  # A's packed block: well inside a 512 KB L2 next to the B panel
+#: the share of a core's L2 (``Target.l2_bytes``) A's packed block takes by default, next to the B panel: 192 KB
+#: of Zen 3's 512 KB, 768 KB of a Xeon's 2 MB (dense 128 x 768 -> 3072 with its weight read from memory, the
+#: rows in 4 blocks -> 1, 2.79 -> 2.35 ms on ``emeraldrapids``; figures: benchmarks/RESULTS.md, "Template
+#: choices: the measurements behind schedules/")
+A_BLOCK_SHARE = 3 / 8
 #: ``block_m`` for every tile of a symbolic M in one task: the default where B's columns are split among the
 #: threads (``cols_first``), so that each thread streams its range of B once per call, not once per 8 rows
 #: (BERT-base, 128 tokens a row of the batch: its dense layers read 340 MB of weights; see ``_tasks``)
@@ -235,8 +240,9 @@ def _tasks(cfg: Config, r: MatmulRoles, tile: Tile, few: int, par: int) -> Tasks
     b_bytes = (k_pad or 0) * (r.n or 0) * r.elem
     split = _column_range(n_panels, cores)
     wide = bool(par) and not few and b_bytes > COLS_FIRST_BYTES and split is not None
+    a_block = int(A_BLOCK_SHARE * cfg.target.l2_bytes)
     block_m = cfg.define_knob("block_m", divisors(m_tiles) if m_tiles else (1, WHOLE), default=(
-        _default_block_m(m_tiles, tile.m * k_step * r.elem, r.batch, cores) if m_tiles else
+        _default_block_m(m_tiles, tile.m * k_step * r.elem, r.batch, cores, a_block, wide) if m_tiles else
         WHOLE if wide else 1))
     row_tasks = _count(r.batch) * -(-m_tiles // block_m) if m_tiles and None not in r.batch else None
     row_tasks = row_tasks or (1 if few or block_m == WHOLE else None)  # the columns give the threads their work
@@ -266,10 +272,15 @@ def _default_k_block(k_pad, options) -> int:
     return max([d for d in options if d <= K_BLOCK] or [options[0]])
 
 
-def _default_block_m(m_tiles, row_bytes: int, batch_ext, cores: int) -> int:
+def _default_block_m(m_tiles, row_bytes: int, batch_ext, cores: int, a_block: int, wide: bool = False) -> int:
+    """The most row tiles whose packed rows fit ``a_block`` bytes; with B's
+    columns split among the threads (``wide``) that is all, else the rows
+    also leave every thread a few tasks, dealt out evenly (``_balance``)."""
     if not m_tiles:
         return 1
-    fit = max(1, A_BLOCK_BYTES // max(row_bytes, 1))
+    fit = max(1, a_block // max(row_bytes, 1))
+    if wide:  # the columns give the threads their work: each row block reads the thread's range of B once
+        return max(b for b in divisors(m_tiles) if b <= fit)
     tasks_wanted = 2 * cores if None in batch_ext else -(-2 * cores // _count(batch_ext))
     even = max(1, m_tiles // max(tasks_wanted, 1))  # leave every thread a few tasks when rows allow
     options = [b for b in divisors(m_tiles) if b <= min(fit, even)]
