@@ -2,18 +2,27 @@
 
 Each ``--config`` is a JSON object of knob values (``{}``: the template's
 defaults); ``--torch`` adds PyTorch's kernel for a conv2d or one of its
-gradients as a reference side. Every side is warmed up, then sampled in turns
+gradients as a reference side; ``--cold N`` times each call on the next of N
+copies of the inputs after the first (a weight each), so that they come from
+memory as a model's layers' weights do, not from the cache the last call
+left them in. Every side is warmed up, then sampled in turns
 (``kiln.bench.timing.compare``), so a drift in the machine's speed hits all of
 them: the way to compare configs on a noisy host.
 
 Run: ``python benchmarks/compare_configs.py conv2d_backward_weight --shape
 8x3x224x224,8x64x112x112 --attr kernel=7 --attr stride=2 --attr padding=3
---config '{"pixels": 0}' --config '{}' --torch``
+--config '{"pixels": 0}' --config '{}' --torch``; a dense layer's weight
+from memory: ``python benchmarks/compare_configs.py dense_packed --shape
+128x768,96x768x32,3072 --config '{"block_m": 4}' --config '{}' --cold 12``
 """
 from __future__ import annotations
 
 import argparse
 import json
+
+import time
+
+import numpy as np
 
 from kiln.bench.timing import calls_sampler, compare, kernel_sampler
 from kiln.cli.args import input_shapes, parse_attrs
@@ -45,6 +54,26 @@ def torch_side(kernel, arrays):
     raise SystemExit(f"--torch: no PyTorch reference for {name} (conv2d and its gradients have one)")
 
 
+def cold_sampler(kernel, arrays, copies: int):
+    """Seconds per call over ``copies`` calls, each on its own copy of the
+    inputs after the first: together larger than the caches, so each call
+    reads them from memory."""
+    import tvm
+
+    dev = kernel.target.device()
+    first = tvm.runtime.tensor(arrays[0], dev)
+    rng = np.random.default_rng(1)
+    sets = [[first, *(tvm.runtime.tensor(rng.standard_normal(a.shape).astype(a.dtype), dev) for a in arrays[1:])]
+            for _ in range(copies)]
+
+    def sample():
+        start = time.perf_counter()
+        for tensors in sets:
+            kernel(*tensors)
+        return (time.perf_counter() - start) / copies
+    return sample
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("op")
@@ -53,7 +82,11 @@ def main() -> None:
     parser.add_argument("--config", action="append", default=[], help="knob values as JSON (repeatable)")
     parser.add_argument("--torch", action="store_true")
     parser.add_argument("--repeat", type=int, default=10)
+    parser.add_argument("--cold", type=int, default=0, metavar="N",
+                        help="time each call on the next of N copies of the inputs after the first")
     args = parser.parse_args()
+    if args.cold < 0 or (args.cold and args.torch):
+        parser.error(f"got --cold {args.cold}, expected a positive count of copies (without --torch)")
     try:
         shapes, attrs = input_shapes(args.op, args.shape), parse_attrs(args.op, args.attr)
         configs = [json.loads(c) for c in args.config] or [{}]
@@ -65,7 +98,8 @@ def main() -> None:
     except ValueError as exc:  # json's errors among them
         parser.error(f"got --config {args.config}, expected JSON objects of knob values: {exc}")
     arrays = random_inputs(kernels[0].shapes, kernels[0].dtypes)
-    samplers = {json.dumps(c): kernel_sampler(k, arrays) for c, k in zip(configs, kernels)}
+    samplers = {json.dumps(c): cold_sampler(k, arrays, args.cold) if args.cold else kernel_sampler(k, arrays)
+                for c, k in zip(configs, kernels)}
     if args.torch:
         samplers["PyTorch"] = torch_side(kernels[0], arrays)
     unit, amount = work(kernels[0].workload)
