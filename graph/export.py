@@ -47,6 +47,7 @@ from .patterns import fuse_activations
 from .implement import implement
 from .ir import Graph
 from .layout import block_layouts
+from .qdq import share_fake_quant
 from .requantize import requantize
 from .lower import build_module, kernel_nodes, node_workload
 from .module import compile_module
@@ -68,8 +69,11 @@ def optimize(graph, target=None, winograd: bool = True):
     layouts between the packed convolutions, fuse a global pool into the
     Winograd convolution it reads and a small direct convolution into the
     Winograd convolution reading it, and make a layer read only by int8
-    convolutions write their uint8 codes."""
+    convolutions write their uint8 codes. A QDQ file's value that its int8
+    readers and its residual adds fake-quantize alike is fake-quantized
+    once, by its producer (``graph.qdq``)."""
     fuse_activations(graph)
+    share_fake_quant(graph)
     fold_transposes(graph)
     fuse_attention(graph)
     dense_of_constants(graph)

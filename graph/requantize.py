@@ -21,7 +21,8 @@ from __future__ import annotations
 from ..te import get_op
 from .ir import Graph, Node, Value
 
-QUANTIZE, DEQUANTIZE_ADD, MAX_POOL = get_op("quantize"), get_op("dequantize_add"), get_op("max_pool2d")
+QUANTIZE, DEQUANTIZE, DEQUANTIZE_ADD = get_op("quantize"), get_op("dequantize"), get_op("dequantize_add")
+MAX_POOL = get_op("max_pool2d")
 
 
 def _residual(reader: Node, value: Value) -> bool:
@@ -74,6 +75,17 @@ def _codes(graph: Graph, node: Node) -> tuple | None:
     return (*codes.pop(), chain) if codes is not None and len(codes) == 1 else None
 
 
+def _ends_on_grid(node: Node, attrs: dict) -> bool:
+    """Whether ``node``'s epilogue ends by quantizing to the codes ``attrs``
+    name and dequantizing them again: without the dequantize it writes them."""
+    if len(node.epilogue) < 2:
+        return False
+    (q, qa, _), (dq, da, _) = node.epilogue[-2:]
+    grid = (attrs["scale"], attrs["zero_point"], attrs["dtype"])
+    return q is QUANTIZE and dq is DEQUANTIZE and all(
+        (a["scale"], a["zero_point"], a["dtype"]) == grid for a in (qa, da))
+
+
 def requantize(graph: Graph) -> int:
     """Make each producer whose readers can take its uint8 codes write them,
     in place; return how many do."""
@@ -84,8 +96,10 @@ def requantize(graph: Graph) -> int:
             continue
         scale, zero_point, chain = codes
         attrs = DEQUANTIZE_ADD.parse_attrs({"scale": scale, "zero_point": zero_point, "dtype": "uint8"})
-        # the codes the int8 readers' own quantizing stages computed: by the reciprocal (``conv2d_int8``)
-        node.epilogue.append((QUANTIZE, QUANTIZE.parse_attrs({**attrs, "reciprocal": True}), []))
+        if _ends_on_grid(node, attrs):  # a QDQ file's quantize/dequantize pair (``graph.qdq``): its codes
+            node.epilogue.pop()
+        else:  # the codes the int8 readers' own quantizing stages computed: by the reciprocal (``conv2d_int8``)
+            node.epilogue.append((QUANTIZE, QUANTIZE.parse_attrs({**attrs, "reciprocal": True}), []))
         for value in chain:
             value.dtype = "uint8"
             for reader in graph.users(value):

@@ -88,3 +88,59 @@ def test_a_qdq_matmul_with_an_asymmetric_weight_stays_on_the_float_path_and_says
     x = np.random.default_rng(1).standard_normal((2, 4)).astype(np.float32)
     want = ort.InferenceSession(proto.SerializeToString(), providers=["CPUExecutionProvider"]).run(None, {"x": x})[0]
     np.testing.assert_allclose(model(kiln.Tensor(x)).numpy(), want, rtol=1e-5, atol=1e-5)
+
+
+class _Residual(torch.nn.Module):
+    """A stem and two residual blocks: each sum is read by the next block's
+    convolution and by the next block's add, as in ResNet."""
+
+    def __init__(self):
+        super().__init__()
+        self.stem = torch.nn.Conv2d(3, 16, 3, padding=1)
+        self.blocks = torch.nn.ModuleList(torch.nn.Sequential(
+            torch.nn.Conv2d(16, 16, 1), torch.nn.ReLU(), torch.nn.Conv2d(16, 16, 3, padding=1)) for _ in range(2))
+        self.fc = torch.nn.Linear(16 * 8 * 8, 10)
+
+    def forward(self, x):
+        h = torch.relu(self.stem(x))
+        for block in self.blocks:
+            h = torch.relu(block(h) + h)
+        return self.fc(h.flatten(1))
+
+
+def test_a_qdq_residual_sum_is_fake_quantized_once_and_its_blocks_hand_on_codes(tmp_path):
+    """``graph.qdq``: the file quantizes each sum twice (for the next block's
+    convolution and, as a QuantizeLinear/DequantizeLinear pair, for its add);
+    kiln fake-quantizes it once in the producer's write-back, so the adds
+    join the convolutions and the blocks pass uint8 codes."""
+    import importlib
+
+    from onnxruntime.quantization import CalibrationDataReader, QuantFormat, QuantType, quantize_static
+
+    from kiln.graph.qdq import share_fake_quant
+    from kiln.graph.trace import trace
+    export = importlib.import_module("kiln.graph.export")
+
+    rng = np.random.default_rng(0)
+    torch.manual_seed(0)
+    path, qpath = tmp_path / "res.onnx", tmp_path / "res_qdq.onnx"
+    torch.onnx.export(_Residual().eval(), torch.zeros(1, 3, 8, 8), str(path), dynamo=False, input_names=["x"],
+                      output_names=["y"], dynamic_axes={"x": {0: "n"}})
+    batches = iter([{"x": rng.standard_normal((4, 3, 8, 8)).astype(np.float32)} for _ in range(4)])
+
+    class Reader(CalibrationDataReader):
+        def get_next(self):
+            return next(batches, None)
+
+    quantize_static(str(path), str(qpath), Reader(), quant_format=QuantFormat.QDQ, per_channel=True,
+                    activation_type=QuantType.QUInt8, weight_type=QuantType.QInt8)
+    model = from_onnx(qpath, target=VNNI)
+    x = rng.standard_normal((3, 3, 8, 8)).astype(np.float32)
+    assert share_fake_quant(trace(model, x[:1])) == 2  # the stem's output and the first block's sum
+    graph = export.optimize(trace(model, x[:1]))
+    assert [n.name for n in graph.nodes if n.op.name in ("add", "quantize", "dequantize")] == ["quantize"]  # the fc's
+    sums = [n for n in graph.nodes if any(op.name == "dequantize_add" for op, _, _ in n.epilogue)]
+    assert sums and all(n.outputs[0].dtype == "uint8" for n in sums[:-1]), graph.nodes
+    want = ort.InferenceSession(str(qpath), providers=["CPUExecutionProvider"]).run(None, {"x": x})[0]
+    got = Predictor(kiln.export(model, x[:1], tmp_path / "res.so"))(x)
+    assert np.abs(got - want).max() <= 0.02 * np.abs(want).max()  # a rounding apart at most, here and there
