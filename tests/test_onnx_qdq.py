@@ -35,12 +35,14 @@ class _Net(torch.nn.Module):
         return self.fc(h.flatten(1))
 
 
-def _qdq_model(tmp_path, rng):
+def _qdq_model(tmp_path, rng, net=None, name: str = "net"):
+    """ONNX Runtime's QDQ file of ``net`` (default ``_Net``), calibrated on 4 random batches."""
     from onnxruntime.quantization import CalibrationDataReader, QuantFormat, QuantType, quantize_static
 
     torch.manual_seed(0)
-    path, qpath = tmp_path / "net.onnx", tmp_path / "net_qdq.onnx"
-    torch.onnx.export(_Net().eval(), torch.zeros(1, 3, 8, 8), str(path), dynamo=False, input_names=["x"],
+    net = _Net() if net is None else net
+    path, qpath = tmp_path / f"{name}.onnx", tmp_path / f"{name}_qdq.onnx"
+    torch.onnx.export(net.eval(), torch.zeros(1, 3, 8, 8), str(path), dynamo=False, input_names=["x"],
                       output_names=["y"], dynamic_axes={"x": {0: "n"}})
     batches = iter([{"x": rng.standard_normal((4, 3, 8, 8)).astype(np.float32)} for _ in range(4)])
 
@@ -115,25 +117,13 @@ def test_a_qdq_residual_sum_is_fake_quantized_once_and_its_blocks_hand_on_codes(
     join the convolutions and the blocks pass uint8 codes."""
     import importlib
 
-    from onnxruntime.quantization import CalibrationDataReader, QuantFormat, QuantType, quantize_static
-
     from kiln.graph.qdq import share_fake_quant
     from kiln.graph.trace import trace
     export = importlib.import_module("kiln.graph.export")
 
     rng = np.random.default_rng(0)
     torch.manual_seed(0)
-    path, qpath = tmp_path / "res.onnx", tmp_path / "res_qdq.onnx"
-    torch.onnx.export(_Residual().eval(), torch.zeros(1, 3, 8, 8), str(path), dynamo=False, input_names=["x"],
-                      output_names=["y"], dynamic_axes={"x": {0: "n"}})
-    batches = iter([{"x": rng.standard_normal((4, 3, 8, 8)).astype(np.float32)} for _ in range(4)])
-
-    class Reader(CalibrationDataReader):
-        def get_next(self):
-            return next(batches, None)
-
-    quantize_static(str(path), str(qpath), Reader(), quant_format=QuantFormat.QDQ, per_channel=True,
-                    activation_type=QuantType.QUInt8, weight_type=QuantType.QInt8)
+    qpath = _qdq_model(tmp_path, rng, _Residual(), "res")
     model = from_onnx(qpath, target=VNNI)
     x = rng.standard_normal((3, 3, 8, 8)).astype(np.float32)
     assert share_fake_quant(trace(model, x[:1])) == 2  # the stem's output and the first block's sum
