@@ -19,10 +19,7 @@ from __future__ import annotations
 
 import argparse
 import json
-
 import time
-
-import numpy as np
 
 from kiln.bench.timing import calls_sampler, compare, kernel_sampler
 from kiln.cli.args import input_shapes, parse_attrs
@@ -62,9 +59,8 @@ def cold_sampler(kernel, arrays, copies: int):
 
     dev = kernel.target.device()
     first = tvm.runtime.tensor(arrays[0], dev)
-    rng = np.random.default_rng(1)
-    sets = [[first, *(tvm.runtime.tensor(rng.standard_normal(a.shape).astype(a.dtype), dev) for a in arrays[1:])]
-            for _ in range(copies)]
+    sets = [[first, *(tvm.runtime.tensor(a, dev) for a in random_inputs(kernel.shapes, kernel.dtypes, seed)[1:])]
+            for seed in range(1, copies + 1)]
 
     def sample():
         start = time.perf_counter()

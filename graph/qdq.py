@@ -29,7 +29,8 @@ from .ir import Graph, Node, Value
 QUANTIZE, DEQUANTIZE = get_op("quantize"), get_op("dequantize")
 
 
-def _grid(attrs: dict) -> tuple:
+def grid(attrs: dict) -> tuple:
+    """``(scale, zero_point, dtype)`` of a ``quantize``/``dequantize``: the codes it maps to or from."""
     return attrs["scale"], attrs["zero_point"], attrs["dtype"]
 
 
@@ -40,7 +41,7 @@ def _pair(graph: Graph, node: Node, value: Value) -> Node | None:
         return None
     dq = graph.sole_user(node.outputs[0])
     same = dq is not None and dq.op is DEQUANTIZE and not dq.epilogue and dq.inputs[0] is node.outputs[0]
-    return dq if same and _grid(dq.attrs) == _grid(node.attrs) else None
+    return dq if same and grid(dq.attrs) == grid(node.attrs) else None
 
 
 def _reads_first_only(node: Node, value: Value) -> bool:
@@ -56,7 +57,7 @@ def _shared(graph: Graph, value: Value) -> tuple | None:
         dq = _pair(graph, reader, value)
         if dq is not None:
             pairs.append((reader, dq))
-            grids.add(_grid(reader.attrs))
+            grids.add(grid(reader.attrs))
         elif reader.op.quantized_input and _reads_first_only(reader, value) and reader.attrs.get("in_scale"):
             products.append(reader)
             grids.add((reader.attrs["in_scale"], reader.attrs["in_zero_point"], "uint8"))
@@ -68,9 +69,10 @@ def _shared(graph: Graph, value: Value) -> tuple | None:
 def share_fake_quant(graph: Graph) -> int:
     """Apply the rewrite wherever the condition holds; return how many values it shared."""
     count = 0
+    quantized = {id(n.inputs[0]) for n in graph.nodes if n.op is QUANTIZE}  # the candidates: finding readers scans
     for producer in list(graph.nodes):
         for value in producer.outputs:
-            found = _shared(graph, value)
+            found = _shared(graph, value) if id(value) in quantized else None
             if found is None:
                 continue
             (q, dq), *others = found[0]

@@ -20,6 +20,7 @@ from __future__ import annotations
 
 from ..te import get_op
 from .ir import Graph, Node, Value
+from .qdq import grid
 
 QUANTIZE, DEQUANTIZE, DEQUANTIZE_ADD = get_op("quantize"), get_op("dequantize"), get_op("dequantize_add")
 MAX_POOL = get_op("max_pool2d")
@@ -81,9 +82,7 @@ def _ends_on_grid(node: Node, attrs: dict) -> bool:
     if len(node.epilogue) < 2:
         return False
     (q, qa, _), (dq, da, _) = node.epilogue[-2:]
-    grid = (attrs["scale"], attrs["zero_point"], attrs["dtype"])
-    return q is QUANTIZE and dq is DEQUANTIZE and all(
-        (a["scale"], a["zero_point"], a["dtype"]) == grid for a in (qa, da))
+    return q is QUANTIZE and dq is DEQUANTIZE and grid(qa) == grid(da) == grid(attrs)
 
 
 def requantize(graph: Graph) -> int:

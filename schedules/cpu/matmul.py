@@ -36,12 +36,12 @@ The GotoBLAS/BLIS recipe, one knob per decision. Loops, outermost first::
               in the micro-kernel and promoted).
 ``block_m``   register tiles of rows per parallel task: A's packed block
               (``block_m * tile_m x tile_k``) is sized to stay in L2
-              (``A_BLOCK_SHARE`` of ``Target.l2_bytes``). A
-              symbolic M takes 1 or 0 (``WHOLE``: every row tile in one
-              task); 0 by default where the threads split B's columns
-              (``cols_first``): each thread then streams its range of B
-              once per call, not once per 8 rows (BERT-base at 128 tokens,
-              ONNX Runtime / kiln 0.79 -> 0.96 at batch 1).
+              (``A_BLOCK_SHARE`` of ``Target.l2_bytes``). A symbolic M
+              takes 1 or 0 (``WHOLE``: every row tile in one task); 0 by
+              default where the threads split B's columns (``cols_first``):
+              each thread then streams its range of B once per call, not
+              once per 8 rows (BERT-base at 128 tokens, ONNX Runtime / kiln
+              0.79 -> 0.96 at batch 1).
 ``block_n``   n panels per parallel task (default all of them; fewer when the
               rows alone do not give every thread work).
 ``pack_a``    1 to copy each task's A block to ``[M / tile_m, K, tile_m]``

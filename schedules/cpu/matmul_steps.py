@@ -27,7 +27,8 @@ class Tile:
 class Tasks:
     """The cache blocks and the tasks: ``tile_k`` (a block of k when
     ``blocked``), ``block_m`` tiles of rows (0: all of a symbolic M's) and
-    ``block_n`` panels per task, ordered ``cols_first`` or not, run in parallel with ``parallel``."""
+    ``block_n`` panels per task, ordered ``cols_first`` or not, run in
+    parallel with ``parallel``."""
 
     tile_k: int
     blocked: bool
