@@ -152,6 +152,25 @@ def _kill(proc):
     proc.wait()
 
 
+def _age(pid: int) -> float | None:
+    """Seconds since process ``pid`` started, to a clock tick (psutil's start times are whole-second coarse)."""
+    try:
+        with open(f"/proc/{pid}/stat") as f:
+            ticks = int(f.read().rsplit(")", 1)[1].split()[19])
+        with open("/proc/uptime") as f:
+            return float(f.read().split()[0]) - ticks / os.sysconf("SC_CLK_TCK")
+    except (OSError, IndexError, ValueError):
+        return None
+
+
+def _uploaded(pid: int) -> bool:
+    """Whether an RPC session's work folder (its current directory) holds an uploaded file."""
+    try:
+        return bool(os.listdir(f"/proc/{pid}/cwd"))
+    except OSError:
+        return False
+
+
 @pytest.fixture
 def rpc_cluster():
     port = _free_port()
@@ -184,29 +203,32 @@ def rpc_cluster():
 def test_rpc_tuning_through_a_tracker_survives_a_server_dying(tmp_path, rpc_cluster):
     port, servers, _ = rpc_cluster
     task = Task.create("matmul", [(40, 48), (48, 56)])
-    # sessions of 3 x 100 ms or more: long enough for the watcher to catch one open
-    runner = RPCRunner("127.0.0.1", port, "kiln-test", n_parallel=2, repeat=3, min_repeat_ms=100, timeout=60)
+    # each session measures for 3 x 250 ms or more: a session younger than that has not sent its result
+    runner = RPCRunner("127.0.0.1", port, "kiln-test", n_parallel=2, repeat=3, min_repeat_ms=250, timeout=60)
     victim = psutil.Process(servers[0].pid)
     killed = threading.Event()
     done = [0]
 
-    def sessions() -> int:
+    def measuring() -> bool:
+        """Whether a session holds its uploaded library and opened under 0.6 s ago: past the tracker's request
+        (a connection lost before it is retried on another server), and still in its 3 x 250 ms of timing."""
         try:
-            return len(victim.children(recursive=True))
+            kids = [kid.pid for kid in victim.children(recursive=True) if kid.pid not in helpers]
         except psutil.NoSuchProcess:  # a session ended while psutil listed it: look again
-            return -1
+            return False
+        return any(_uploaded(pid) and (_age(pid) or 1.0) < 0.6 for pid in kids)
 
-    base = sessions()  # the idle server's own helper processes, counted before any session opens
+    helpers = {kid.pid for kid in victim.children(recursive=True)}  # the idle server's own, before any session
 
     def kill_during_a_session(progress):
         done[0] = progress.done
         if progress.done < 4 or killed.is_set():
             return
 
-        def watch():  # a session runs in a child of the server: kill the server while one is open
+        def watch():  # a session runs in a child of the server: kill the server while one is measuring
             deadline = time.monotonic() + 60
             while time.monotonic() < deadline and done[0] < 12:  # leave a batch to run after the kill
-                if sessions() > base:
+                if measuring():
                     _kill(servers[0])
                     killed.set()
                     return
