@@ -34,7 +34,7 @@ from ...te.quantize import ROW_BLOCK
 from ..config import Config
 from ..dispatch import NOT_APPLICABLE, NotApplicable, register_template
 from ..util import const_int, divisors
-from .int8_intrin import AVX2_16x4, VNNI_16x4
+from .int8_intrin import AVX2_16x4, VNNI_16x4, registered
 
 #: the most rows and panels a register tile takes by default (6 x 4 accumulators of 32 zmm registers)
 MAX_TILE_M, MAX_TILE_P = 6, 4
@@ -66,7 +66,7 @@ def dot_steps(sch, acc, outer_reduction, tile, lanes, four, intrinsic: str | Non
     for loop in tile:
         sch.unroll(loop)
     if intrinsic is not None:
-        sch.tensorize(lanes, intrinsic)
+        sch.tensorize(lanes, registered(intrinsic))
 
 
 @register_template("cpu", ops=("dense_int8",))

@@ -10,13 +10,17 @@ the 4 products of 4 uint8 (one broadcast 32-bit word) and the lane's 4 int8:
                 32130, within int16), which the ops' ``weight_bits=7`` promises.
 
 Each has a variant (``local``) whose lanes are a "local" buffer: a register
-tile its template writes back tile by tile.
+tile its template writes back tile by tile. They are registered on their
+first use (``registered``), not at import: parsing their TVMScript takes
+seconds, which every process that imports kiln would pay.
 
 TVM's own ``dot_16x4_vnni`` passes the bytes as ``<16 x i32>``, which the
 LLVM it is built with no longer accepts (the intrinsic takes ``<64 x i8>``
 since LLVM 20); these pass bytes.
 """
 from __future__ import annotations
+
+import threading
 
 from tvm.s_tir import TensorIntrin
 from tvm.script import tirx as T
@@ -25,6 +29,8 @@ VNNI_16x4 = "kiln_dot_16x4_u8i8i32_vnni"
 AVX2_16x4 = "kiln_dot_16x4_u8i8i32_avx2"
 #: the suffix of each intrinsic's variant whose int32 lanes are a "local" buffer (``local``)
 LOCAL = "_local"
+_registered = False
+_lock = threading.Lock()
 
 
 def local(intrinsic: str) -> str:
@@ -80,5 +86,12 @@ def _register(scope: str, suffix: str) -> None:
     TensorIntrin.register(AVX2_16x4 + suffix, desc, avx2)
 
 
-_register("global", "")
-_register("local", LOCAL)
+def registered(intrinsic: str) -> str:
+    """``intrinsic``, with every intrinsic here registered with TVM first."""
+    global _registered
+    with _lock:
+        if not _registered:
+            _register("global", "")
+            _register("local", LOCAL)
+            _registered = True
+    return intrinsic
