@@ -51,9 +51,13 @@ def quantized(v, scale: float, zero_point: int, dtype: str, reciprocal: bool = F
     low, high = _range(dtype)
     dt = v.dtype
     step = v * tirx.const(1.0 / scale, dt) if reciprocal else v / tirx.const(scale, dt)
+    # clamped before rounding (the same codes: the bounds are whole numbers): rounded first, LLVM takes the
+    # clamp and the cast for a saturating conversion and, in a kernel's write-back, vectorizes it across the
+    # wrong loop (gathers): a convolution writing codes ran 1.4-3.5x slower
+    step = tirx.max(tirx.min(step, tirx.const(high - zero_point, dt)), tirx.const(low - zero_point, dt))
     q = tirx.nearbyint(step) + tirx.const(zero_point, dt)
     q = tirx.Select(tirx.isnan(v), tirx.const(zero_point, dt), q)  # NaN stands for nothing: the zero point
-    return tirx.Cast(dtype, tirx.max(tirx.min(q, tirx.const(high, dt)), tirx.const(low, dt)))
+    return tirx.Cast(dtype, q)
 
 
 def quantized_ref(x: np.ndarray, scale: float, zero_point: int, dtype: str, reciprocal: bool = False) -> np.ndarray:
