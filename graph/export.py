@@ -47,7 +47,7 @@ from .patterns import fuse_activations
 from .implement import implement
 from .ir import Graph
 from .layout import block_layouts
-from .qdq import share_fake_quant
+from .qdq import by_multiplier, share_fake_quant
 from .requantize import requantize
 from .lower import build_module, kernel_nodes, node_workload
 from .module import compile_module
@@ -71,7 +71,8 @@ def optimize(graph, target=None, winograd: bool = True):
     Winograd convolution reading it, and make a layer read only by int8
     convolutions write their uint8 codes. A QDQ file's value that its int8
     readers and its residual adds fake-quantize alike is fake-quantized
-    once, by its producer (``graph.qdq``)."""
+    once, by its producer, and an int8 product's epilogue quantizes by a
+    multiplier (``graph.qdq``)."""
     fuse_activations(graph)
     share_fake_quant(graph)
     fold_transposes(graph)
@@ -84,6 +85,7 @@ def optimize(graph, target=None, winograd: bool = True):
     fuse_pools(graph)
     fuse_prologues(graph)
     requantize(graph)
+    by_multiplier(graph)
     return graph
 
 

@@ -24,11 +24,13 @@ from ..runtime.build import tuned_config
 from ..runtime.lower import schedule
 from ..schedules.generic import schedule_injective
 from ..schedules.util import is_reduction
+from ..te.quantize import fake_quantized
 from ..te.shapes import is_static
 from .align import input_params, unaligned
 from .entries import ENTRIES, entry_configure, settle
 from .intask import compute_in_task, reduce_in_task
 from .ir import Graph, Node
+from .qdq import DEQUANTIZE, QUANTIZE, grid
 from .share import merge_part
 
 
@@ -42,11 +44,27 @@ def _compute(node: Node):
             rest = [_compute(node.prologue)(*rest[:count]), *rest[count:]]
         out = node.op.compute(*rest[:len(node.inputs)], **node.attrs)
         rest = rest[len(node.inputs):]
-        for op, attrs, others in node.epilogue:
+        ops, k = node.epilogue, 0
+        while k < len(ops):
+            op, attrs, others = ops[k]
+            if _fake_pair(ops, k):  # one stage
+                out, k = fake_quantized(out, attrs, ops[k + 1][1]), k + 2
+                continue
             out = op.compute(out, *rest[:len(others)], **attrs)
-            rest = rest[len(others):]
+            rest, k = rest[len(others):], k + 1
         return out
     return compute
+
+
+def _fake_pair(ops: list, k: int) -> bool:
+    """Whether epilogue entry ``k`` is a ``quantize`` that the next entry dequantizes on the same grid."""
+    return ops[k][0] is QUANTIZE and k + 1 < len(ops) and ops[k + 1][0] is DEQUANTIZE and \
+        grid(ops[k + 1][1]) == grid(ops[k][1])
+
+
+def _epilogue_stages(node: Node) -> int:
+    """How many stages ``node``'s epilogue computes in (a fake quantization pair is one)."""
+    return len(node.epilogue) - sum(_fake_pair(node.epilogue, k) for k in range(len(node.epilogue)))
 
 
 def _in_place(bb, node: Node, args: list, kernel: str):
@@ -167,7 +185,7 @@ def schedule_kernels(mod: tvm.IRModule, kernels: dict, target, configure=None) -
         blocks, reductions = _blocks(func)
         first = _block_count(node.prologue) if node.prologue is not None else 0
         head = blocks.index(node.op.name, first) if node.op.name in blocks[first:] \
-            else len(blocks) - 1 - len(node.epilogue)
+            else len(blocks) - 1 - _epilogue_stages(node)
         tuned = tuned_of(workload, target)
 
         def lower_fn(config, func=func, workload=workload, block=blocks[head]):

@@ -20,6 +20,13 @@ int8 products (quantizing a value already on the grid gives the codes it
 came from). The other pairs are dropped. The value's producer then takes
 the pair and the add as its epilogue (``graph.fuse``); ``graph.requantize``
 makes it write the codes the products read.
+
+``by_multiplier`` then makes every ``quantize`` in an int8 product's
+epilogue multiply by ``1 / scale`` (``reciprocal``), as ONNX Runtime's own
+kernels for the same file requantize (``QLinearConv``, ``QLinearAdd``: a
+float multiplier): the file's ``QuantizeLinear`` divides, and a vector
+division cost more than the rest of a convolution's write-back (a 1x1
+convolution of ResNet-50 writing fake-quantized floats, batch 8: 1.56 -> 1.15 ms).
 """
 from __future__ import annotations
 
@@ -88,4 +95,18 @@ def share_fake_quant(graph: Graph) -> int:
             for product in found[1]:
                 product.inputs[0] = shared
             count += 1
+    return count
+
+
+def by_multiplier(graph: Graph) -> int:
+    """Make each dividing ``quantize`` in an int8 product's epilogue multiply
+    by its reciprocal; return how many it changed."""
+    count = 0
+    for node in graph.nodes:
+        if getattr(node.op, "family", None) != "int8":
+            continue
+        for i, (op, attrs, others) in enumerate(node.epilogue):
+            if op is QUANTIZE and not attrs["reciprocal"]:
+                node.epilogue[i] = (op, QUANTIZE.parse_attrs({**attrs, "reciprocal": True}), others)
+                count += 1
     return count

@@ -131,6 +131,9 @@ def test_a_qdq_residual_sum_is_fake_quantized_once_and_its_blocks_hand_on_codes(
     assert [n.name for n in graph.nodes if n.op.name in ("add", "quantize", "dequantize")] == ["quantize"]  # the fc's
     sums = [n for n in graph.nodes if any(op.name == "dequantize_add" for op, _, _ in n.epilogue)]
     assert sums and all(n.outputs[0].dtype == "uint8" for n in sums[:-1]), graph.nodes
+    requantizing = [attrs for n in graph.nodes if n.op.family == "int8" for op, attrs, _ in n.epilogue
+                    if op.name == "quantize"]  # by a multiplier, as ONNX Runtime's QLinearConv requantizes
+    assert requantizing and all(attrs["reciprocal"] for attrs in requantizing)
     want = ort.InferenceSession(str(qpath), providers=["CPUExecutionProvider"]).run(None, {"x": x})[0]
     got = Predictor(kiln.export(model, x[:1], tmp_path / "res.so"))(x)
     assert np.abs(got - want).max() <= 0.02 * np.abs(want).max()  # a rounding apart at most, here and there

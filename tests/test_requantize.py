@@ -102,3 +102,29 @@ def test_a_value_two_int8_layers_quantize_differently_stays_float():
     graph = optimize(trace(quantized, rng.standard_normal((1, 4, 5, 5)).astype(np.float32)), kiln.cpu())
     trunk = next(n for n in graph.nodes if n.op.name == "conv2d_int8")  # the first in order
     assert trunk.outputs[0].dtype == "float32"
+
+
+@pytest.mark.parametrize("dtype,zero_point,reciprocal", [("uint8", 119, False), ("int8", 0, True), ("uint8", 0, True)])
+def test_a_fused_fake_quantization_gives_its_quantize_and_dequantizes_numbers(dtype, zero_point, reciprocal):
+    import tvm
+    from tvm import te
+
+    from kiln.te import get_op
+    from kiln.te.quantize import fake_quantized
+
+    q_attrs = {"scale": 0.0078, "zero_point": zero_point, "dtype": dtype, "reciprocal": reciprocal}
+    dq_attrs = {"scale": 0.0078, "zero_point": zero_point, "dtype": dtype}
+    x = te.placeholder((4096,), "float32", name="x")
+    pair = get_op("dequantize").compute(get_op("quantize").compute(x, **q_attrs), **dq_attrs)
+    rng = np.random.default_rng(0)
+    data = np.concatenate([rng.normal(0, 1.5, 4000), np.arange(-48, 48) * 0.0039,  # ties at half steps
+                           [np.nan, np.inf, -np.inf, 1e30, -1e30, 0.0, -0.0]]).astype(np.float32)[:4096]
+    data = np.pad(data, (0, 4096 - data.size))
+    outs = []
+    for out in (pair, fake_quantized(x, q_attrs, dq_attrs)):
+        lib = tvm.compile(te.create_prim_func([x, out]), target=cpu().tvm)
+        got = tvm.runtime.empty((4096,), "float32", tvm.cpu())
+        lib(tvm.runtime.tensor(data), got)
+        outs.append(got.numpy())
+    assert np.array_equal(outs[0], outs[1])  # as numbers: -0.0 may come back as it went in, where the pair gives 0.0
+    assert not np.isnan(outs[1]).any() and np.unique(outs[1]).size > 100
