@@ -9,7 +9,7 @@ import numpy as np
 from ..te import call
 from . import ops
 from .onnx_table import converter
-from .values import dim, ints, is_kiln, kiln_dtype, known, materialize, shape_of
+from .values import dim, ints, is_kiln, known, materialize, shape_of
 
 
 def _spatial_pads(node, in_sizes, kernel, strides, dilations) -> tuple:
@@ -140,10 +140,7 @@ def _pool2d(node, x, kind, kernel, strides, dilations, pads):
 
 @converter("MaxPool")
 def max_pool(node, x):
-    dtype = kiln_dtype(x) if is_kiln(x) else None
-    if dtype in ("uint8", "int8"):  # a quantized model's codes: the max of their values, as codes again (exact)
-        y = _pool(node, call("dequantize", x, scale=1.0, zero_point=0, dtype=dtype), "max")
-        return call("quantize", y, scale=1.0, zero_point=0, dtype=dtype)
+    # a quantized model's codes pool as they are: a max of codes is the code of the max
     return _pool(node, x, "max")
 
 
