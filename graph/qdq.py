@@ -103,7 +103,7 @@ def by_multiplier(graph: Graph) -> int:
     by its reciprocal; return how many it changed."""
     count = 0
     for node in graph.nodes:
-        if getattr(node.op, "family", None) != "int8":
+        if node.op.family != "int8":
             continue
         for i, (op, attrs, others) in enumerate(node.epilogue):
             if op is QUANTIZE and not attrs["reciprocal"]:

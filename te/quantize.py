@@ -53,10 +53,10 @@ def quantized(v, scale: float, zero_point: int, dtype: str, reciprocal: bool = F
 
 def fake_quantized(x: te.Tensor, quantize: dict, dequantize: dict) -> te.Tensor:
     """``dequantize(quantize(x))`` on one grid as one stage, the same numbers
-    (a zero may keep the sign of ``x``): the codes stay floats (whole numbers within the dtype's range), without the
-    two conversions to ``dtype`` and back (``graph.lower`` computes a fused
-    pair so: ONNX Runtime's QOperator ResNet-50 at batch 8, its kernels
-    71.9 -> 70.0 ms)."""
+    (a zero may keep the sign of ``x``): the codes stay floats (whole numbers
+    within the dtype's range), without the two conversions to ``dtype`` and
+    back (``graph.lower`` computes a fused pair so: ONNX Runtime's QOperator
+    ResNet-50 at batch 8, its kernels 71.9 -> 70.0 ms)."""
     zero, scale = tirx.const(dequantize["zero_point"], "float32"), tirx.const(dequantize["scale"], "float32")
     return te.compute(x.shape, lambda *i: (_codes(x[i], **quantize).astype("float32") - zero) * scale,
                       name="fake_quantize", tag="injective")
