@@ -37,10 +37,16 @@ padding are parallel injective loops (the padding by rows: ``rows`` in
               a slice of ``gyt`` then stays in cache while every tile reads
               it, where one pass would stream all of ``gyt`` from memory once
               per tile (56x56 maps: 3 MB per tile). Default: the fewest
-              slices of at most ``CHUNK_BYTES`` of ``gyt``; one when the
-              result is at least as large as ``gyt`` (deep layers: the
-              partial sums would outweigh the re-reads: ResNet-18's 512x7x7
-              at batch 8 ran 1.25x slower in 2 slices than in one).
+              slices of at most ``CHUNK_BYTES`` of ``gyt`` where the result
+              is smaller than ``gyt``. Where it is larger, slices of at most
+              half a core's L2 (``Target.l2_bytes``) while the result is at
+              most ``SLICE_RESULT_RATIO`` times ``gyt``, else one (deep
+              layers: the partial sums would outweigh the re-reads:
+              ResNet-18's 512x7x7 at batch 8, a result 12x ``gyt``, ran
+              1.25x slower in 2 slices than in one). CIFAR's 256x8x8 at
+              batch 32 (2 MB of ``gyt``, a result 1.2x that) ran 2x faster
+              in 2 slices than in one on a 2 MB L2; 256x14x14 at batch 8
+              (1.6 MB, 1.5x) 1.5x.
 ``direct_out`` 1 to write each register tile straight to OIHW (one output
               channel's (c, i, j) rows are contiguous there) instead of to a
               channels-last result transposed in a pass of its own; with one
@@ -86,6 +92,8 @@ CHUNK_BYTES = 512 << 10
 #: L1/L2 when small (the stem at batch 8: slices of 4 rows of 28 KB ran fastest of 2 to 16; figures:
 #: benchmarks/RESULTS.md, "Template choices: the measurements behind schedules/")
 PIXEL_CHUNK_BYTES = 128 << 10
+#: results larger than ``gyt`` by at most this factor still take slices when ``gyt`` overflows half of L2
+SLICE_RESULT_RATIO = 4
 #: output channels of a pixel tile: at most, and the default (4 x 3 taps: 12 lanes' accumulators)
 PIXEL_O_MAX, PIXEL_O_DEFAULT = 6, 4
 
@@ -110,10 +118,14 @@ def schedule_conv2d_backward_weight(sch, block, cfg: Config) -> NotApplicable | 
     chunk_options = divisors(sums[0] * sums[1])
     gy_bytes = sums[0] * sums[1] * row_bytes
     # a result as large as gyt: each slice's partial sums would move more memory than the re-reads they save
-    small_out = c_ext * kh * kw * o_ext * 4 < gy_bytes
+    out_bytes, half_l2 = c_ext * kh * kw * o_ext * 4, cfg.target.l2_bytes // 2
 
-    def slices(limit: int) -> int:  # the fewest slices of at most ``limit`` bytes of gy
-        return next((d for d in chunk_options if gy_bytes // d <= limit), chunk_options[-1]) if small_out else 1
+    def slices(limit: int) -> int:  # the fewest slices of at most ``limit`` bytes of gy (see ``chunks``)
+        if out_bytes >= gy_bytes:  # the partial sums are costly: slices only where gy overflows L2
+            if gy_bytes <= half_l2 or out_bytes > SLICE_RESULT_RATIO * gy_bytes:
+                return 1
+            limit = max(limit, half_l2)
+        return next((d for d in chunk_options if gy_bytes // d <= limit), chunk_options[-1])
 
     budget = register_budget(lanes)
     taps = sorted(set(divisors(kw)) | {kw * m for m in divisors(kh)})  # blocks of (i, j) space
