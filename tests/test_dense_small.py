@@ -74,6 +74,21 @@ def test_few_rows_is_the_default_for_small_concrete_batches_only():
     assert kiln.build("dense", [(7, 64), (64, 128), (128,)]).resolved_config()["tile_m"] == 7  # no padded rows
 
 
+def test_b_rows_far_apart_are_packed_from_a_few_row_tiles():
+    """A B read as laid out whose rows are PACK_B_ROW_BYTES or more apart is
+    packed from PACK_B_WIDE_ROWS rows (its panel's rows would share a few
+    cache sets); narrower rows, or fewer rows, read it in place."""
+    from kiln.schedules.cpu.matmul import PACK_B_ROW_BYTES, PACK_B_WIDE_ROWS
+
+    wide, narrow = PACK_B_ROW_BYTES // 4 + 16, PACK_B_ROW_BYTES // 4 - 256
+    for m, n, pack_b in ((PACK_B_WIDE_ROWS, wide, 1), (PACK_B_WIDE_ROWS - 16, wide, 0), (PACK_B_WIDE_ROWS, narrow, 0)):
+        config = kiln.build("matmul", [(m, 256), (256, n)]).resolved_config()
+        assert config["pack_b"] == pack_b, (m, n)
+    kernel = kiln.build("matmul", [(PACK_B_WIDE_ROWS, 64), (64, wide)])
+    a, b = (np.random.default_rng(0).standard_normal(s).astype("float32") for s in kernel.shapes)
+    np.testing.assert_allclose(kernel(a, b), a @ b, rtol=1e-4, atol=1e-4)
+
+
 def test_a_symbolic_few_rows_kernel_takes_one_row_tiles_without_padding():
     w, _ = _weights(64, 128)
     kernel = kiln.build("dense_packed", [(sym("n"), 64), _packed(w).shape, (128,)], config={"few_rows": 1})

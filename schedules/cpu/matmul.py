@@ -56,9 +56,14 @@ The GotoBLAS/BLIS recipe, one knob per decision. Loops, outermost first::
               behind schedules/", ``matmul.py``).
 ``pack_b``    1 to copy B to panels ``[N / tile_n, K, tile_n]`` (per k block).
               Default: 1 for a B read transposed, a batched product or a
-              transposed A; for a B read as laid out only past
-              ``PACK_B_ROWS`` rows (or a symbolic M): up to there its panels
-              are read in place (dense 32 x 256 -> 1024: 0.130 -> 0.085 ms).
+              transposed A; for a B read as laid out past ``PACK_B_ROWS``
+              rows (or a symbolic M), or from ``PACK_B_WIDE_ROWS`` rows where
+              B's rows are ``PACK_B_ROW_BYTES`` or more apart: a panel's
+              rows then fall in a few cache sets and evict each other
+              (1024 x 512 x 2048 on a 2 MB L2: 14.7 -> 7.2 ms packed, 768 x
+              3072: 44.9 -> 16.5 ms; 3 KB apart, 768 columns, even); else its
+              panels are read in place (dense 32 x 256 -> 1024: 0.130 ->
+              0.085 ms).
 ``cols_first`` 1 to order the tasks column range first: the threads split B's
               columns and each runs every row against its range, so a B too
               large to share a core's L2 with the rest (a 784 x 512 layer,
@@ -114,6 +119,11 @@ PARALLEL_WORK = 1 << 16
 # it for the few row tiles that reuse it: dense 32 x 256 -> 1024 on 2 threads 0.130 -> 0.085 ms, 256 rows
 # even, 2048 rows even (figures: benchmarks/RESULTS.md, "Template choices: the measurements behind schedules/")
 PACK_B_ROWS = 1024
+# B's rows this many bytes apart or more are packed from ``PACK_B_WIDE_ROWS`` rows: the in-place panel's rows
+# share a few cache sets (1024 x 512 x 2048: 2x packed; 1000 columns, 4000 bytes: 2x; 768 columns, 3 KB: even;
+# 2048 columns at 16 rows: the copy 1.4x slower, 32 rows even, 64 rows 1.4x faster; figures: benchmarks/RESULTS.md,
+# "Training steps on emeraldrapids")
+PACK_B_ROW_BYTES, PACK_B_WIDE_ROWS = 3584, 64
 FULL_K_MAX = 1024        # up to this K the whole reduction runs in registers by default
 K_BLOCK = 512            # the default k block beyond it
 #: the share of a core's L2 (``Target.l2_bytes``) A's packed block takes by default, next to the B panel: 192 KB
@@ -186,10 +196,12 @@ def schedule_dense_packed(sch, block, cfg: Config) -> None:
 def _packs_b(cfg: Config, r: MatmulRoles) -> bool:
     """``pack_b``'s default beyond a few rows: B read transposed (strided panels)
     is packed; B read as laid out only past ``PACK_B_ROWS`` rows (or rows not
-    known), in a batched product, or beside a transposed A."""
+    known), from ``PACK_B_WIDE_ROWS`` where its rows are ``PACK_B_ROW_BYTES``
+    apart or more, in a batched product, or beside a transposed A."""
     attrs = cfg.workload.attrs
     laid_out = not attrs.get("transpose_a") and not attrs.get("transpose_b") and not r.batch
-    return not laid_out or r.m is None or r.m > PACK_B_ROWS
+    wide = r.n is not None and r.n * r.elem >= PACK_B_ROW_BYTES and r.m >= PACK_B_WIDE_ROWS
+    return not laid_out or r.m is None or r.m > PACK_B_ROWS or wide
 
 
 def _few(r: MatmulRoles) -> bool:
