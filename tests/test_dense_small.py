@@ -210,3 +210,28 @@ def test_pad_copies_of_both_operands_share_their_knobs():
     assert "pad.parallel" in config and "pad.vector" in config
     a, b = (np.random.default_rng(2).standard_normal(s).astype("float32") for s in shapes)
     np.testing.assert_allclose(kernel(a, b), a.T @ b, rtol=1e-4, atol=1e-4)
+
+
+@pytest.mark.parametrize("shapes", [
+    [(32, 1024), (256, 1024)],        # eager LSTM's input gradient: g @ W^T
+    [(64, 2048), (128, 2048)],        # K in blocks: a pack per block
+    [(4, 128, 64), (4, 128, 64)],     # attention's Q @ K^T
+    [(100, 300), (70, 300)],          # N and K not whole tiles: the flat copy
+])
+def test_a_transposed_b_is_packed_in_tiles_that_store_panel_rows_in_vectors(shapes):
+    """B read transposed is copied to its panels a tile of rows at a time:
+    each panel row a vector store, the k steps of a tile unrolled (where N
+    and K are whole tiles), and the product is numpy's."""
+    kernel = kiln.build("matmul", shapes, attrs={"transpose_b": True})
+    config = kernel.resolved_config()
+    lines = kernel.script().splitlines()
+    copy = next(k for k, line in enumerate(lines) if 'T.sblock("x1_' in line and '_global")' in line)  # B's pack
+    tiles = shapes[1][-1] % kiln.cpu().lanes("float32") == 0  # K whole vectors (N is padded to whole panels)
+    assert config["pack_b"] == 1
+    inner, step = lines[copy - 1], lines[copy - 2]  # the copy's two innermost loops
+    if tiles:  # a panel row of tile_n columns stored as vectors, under the tile's unrolled k steps
+        assert f"T.vectorized({config['tile_n']})" in inner and "T.unroll" in step, "\n".join(lines[copy - 4:copy])
+    else:
+        assert "T.unroll" not in step, "\n".join(lines[copy - 4:copy])
+    a, b = (np.random.default_rng(0).standard_normal(s).astype("float32") for s in shapes)
+    np.testing.assert_allclose(kernel(a, b), a @ np.swapaxes(b, -1, -2), rtol=1e-4, atol=1e-3)

@@ -10,7 +10,7 @@ from dataclasses import dataclass
 
 from ..config import Config
 from ..generic import schedule_injective
-from ..util import blocks, fold_consumers, try_inline
+from ..util import blocks, const_int, extent, fold_consumers, try_inline
 from .matmul_roles import MatmulRoles
 
 
@@ -85,7 +85,9 @@ def schedule_tiles(sch, cfg: Config, r: MatmulRoles, tile: Tile, tasks: Tasks, p
         sch.vectorize(sch.get_loops(init)[-1])
         _write_back(sch, acc, r.lanes, cfg)
     if pack_b is not None:
-        _flat_parallel(sch, pack_b, r.lanes, skip=1 if tasks.blocked else 0)
+        skip = 1 if tasks.blocked else 0
+        if not (cfg.workload.attrs.get("transpose_b") and _tiled_pack(sch, pack_b, tile.n, r.lanes, skip)):
+            _flat_parallel(sch, pack_b, r.lanes, skip=skip)
     done = {_name(sch, b) for b in (r.red, acc, init, *packs) if b is not None}
     for name in [_name(sch, b) for b in blocks(sch)]:
         if name not in done:  # padding copies of unpacked operands; the unpadding and epilogue when blocked
@@ -144,6 +146,33 @@ def _write_back(sch, acc, lanes: int, cfg: Config) -> None:
     inner = sch.fuse(*own) if len(own) > 1 else own[0]
     _, vec = sch.split(inner, [None, lanes])
     sch.vectorize(vec)
+
+
+def _tiled_pack(sch, pack_b, tile_n: int, lanes: int, skip: int) -> bool:
+    """Copy a transposed B (``[..., N, K]``) to its panels ``[N / tile_n, K,
+    tile_n]`` in tiles of ``tile_n`` rows by ``lanes`` columns of B: each
+    panel row (``tile_n`` columns of one k) is stored in vectors, gathered
+    from the tile's rows, which stay in L1 while the tile's ``lanes`` k steps
+    read them. Copied flat (a vector along K, each lane stored a panel row
+    apart), every store touched as many lines, and the 256 x 1024 copy of a
+    32 x 1024 x 256 product took 4x the product itself (figures:
+    benchmarks/RESULTS.md, "Training steps on emeraldrapids"). False (nothing
+    changed) where N or K is not whole tiles."""
+    loops = sch.get_loops(pack_b)[skip:]
+    if len(loops) < 2:
+        return False
+    *outer, n, k = loops
+    n_ext, k_ext = const_int(extent(sch, n)), const_int(extent(sch, k))
+    if n_ext is None or k_ext is None or n_ext % tile_n or k_ext % lanes:
+        return False
+    no, ni = sch.split(n, [None, tile_n])
+    ko, ki = sch.split(k, [None, lanes])
+    sch.reorder(*outer, no, ko, ki, ni)
+    tasks = sch.fuse(*outer, no, ko)
+    sch.parallel(tasks)
+    sch.unroll(ki)
+    sch.vectorize(ni)
+    return True
 
 
 def _flat_parallel(sch, block, lanes: int, skip: int = 0) -> None:
