@@ -11,7 +11,8 @@ the BLAS kernel it actually runs (threadpoolctl's ``architecture``).
 The child builds the same seeded inputs as kiln's side
 (``kiln.runtime.measure.random_inputs``) and times the op's registered numpy
 reference (``op.reference``), one sample per request, so that the parent can
-interleave its samples with kiln's. Protocol: one JSON object per line on
+interleave its samples with kiln's; a reference that returns a view of an
+input has it copied in the time, as the kernel writes its result. Protocol: one JSON object per line on
 stdin, one answer per line on stdout.
 
 Run by ``NumpyReference``; ``python -m kiln.bench.reference`` is the child.
@@ -113,6 +114,18 @@ class NumpyReference:
         self.close()
 
 
+def _written(result, inputs):
+    """The reference's result as memory of its own, as the kernel writes it: a
+    view of an input, which numpy returns for free (``transpose``,
+    ``broadcast_to``), is copied, so the reference's time is that of
+    producing the array, not the view."""
+    import numpy as np
+
+    results = result if isinstance(result, (list, tuple)) else [result]
+    return [np.array(r) if isinstance(r, np.ndarray) and any(np.may_share_memory(r, a) for a in inputs) else r
+            for r in results]
+
+
 def _serve() -> None:
     """The child's loop: answer requests until stdin closes."""
     import numpy as np
@@ -132,7 +145,7 @@ def _serve() -> None:
                 attrs = ast.literal_eval(request["attrs"])
                 arrays = random_inputs([tuple(s) for s in request["shapes"]], request["dtypes"], request["seed"])
                 op.reference(*arrays, **attrs)  # fails here, at once, if it is going to
-                sample = calls_sampler(lambda: op.reference(*arrays, **attrs))
+                sample = calls_sampler(lambda: _written(op.reference(*arrays, **attrs), arrays))
                 answer = {}
             else:
                 answer = {"seconds": sample()}
