@@ -276,3 +276,15 @@ def test_the_process_table_scan_does_not_count_as_being_busy(monkeypatch):
     monkeypatch.setattr(timing, "_children_cpu_s", slow_scan)
     monkeypatch.setattr(timing.time, "process_time", lambda: clock[0])
     assert timing.wait_until_idle(1.0) < 0.2
+
+
+def test_a_reference_view_of_an_input_is_timed_with_its_copy():
+    """numpy's transpose is a view: the reference's sample copies it, as the
+    kernel writes its result; a result of its own is left as it is."""
+    from kiln.bench.reference import _written
+
+    a = np.arange(12.0).reshape(3, 4)
+    view, fresh = np.transpose(a), a * 2
+    copied, kept = _written([view, fresh], [a])
+    assert not np.shares_memory(copied, a) and np.array_equal(copied, view)
+    assert kept is fresh
