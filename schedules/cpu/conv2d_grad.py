@@ -117,7 +117,7 @@ def schedule_conv2d_backward_weight(sch, block, cfg: Config) -> NotApplicable | 
     row_bytes = sums[2] * o_ext * 4
     chunk_options = divisors(sums[0] * sums[1])
     gy_bytes = sums[0] * sums[1] * row_bytes
-    # a result as large as gyt: each slice's partial sums would move more memory than the re-reads they save
+    # the result's size against gyt's decides whether slices' partial sums cost less than the re-reads they save
     out_bytes, half_l2 = c_ext * kh * kw * o_ext * 4, cfg.target.l2_bytes // 2
 
     def slices(limit: int) -> int:  # the fewest slices of at most ``limit`` bytes of gy (see ``chunks``)
