@@ -151,17 +151,24 @@ class LSTMCellGrad(Op):
             return (("lstm_t", lambda i, f, g, o: fastmath.tanh(f * c[n, j].astype(dt) + i * g)),
                     ("lstm_dc", lambda i, f, g, o, t: dc[n, j].astype(dt) + dh[n, j].astype(dt) * o * (one - t * t)))
 
+        # dC once per element (``_state``: every gate's activation and tanh(c')), then each gate's column reads
+        # it and activates only what its formula needs (the template keeps the stage; inlined, as the generic
+        # schedule would, every column recomputes all five)
+        d_state = te.compute(c.shape, lambda n, j: act.bound(n, j, lambda i, f, g, o, t, d_c: d_c, extra(n, j)),
+                             name=f"{self.name}_state", tag="injective")
+
         def dgate(n, col):
             k, j = col // hidden, col % hidden
+            d_c = tirx.Var("lstm_dc", dt)  # read once, outside the branches (each would simplify its index apart)
 
-            def body(i, f, g, o, t, d_c):
+            def body(i, f, g, o, t):
                 return tirx.Select(k == 0, d_c * g * i * (one - i),
                                    tirx.Select(k == 1, d_c * c[n, j].astype(dt) * f * (one - f),
                                                tirx.Select(k == 2, d_c * i * (one - g * g),
                                                            dh[n, j].astype(dt) * t * o * (one - o))))
-            return act.bound(n, j, body, extra(n, j))
+            return tirx.Let(d_c, d_state[n, j], act.bound(n, j, body, extra(n, j)[:1]))
         dgates = te.compute(gates.shape, dgate, name=self.name, tag="injective")
-        dc_prev = te.compute(c.shape, lambda n, j: act.bound(n, j, lambda i, f, g, o, t, d_c: d_c * f, extra(n, j)),
+        dc_prev = te.compute(c.shape, lambda n, j: d_state[n, j] * fastmath.sigmoid(act.raw(1, n, j)),
                              name=f"{self.name}_c", tag="injective")
         return [dgates, dc_prev]
 
