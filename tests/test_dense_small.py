@@ -84,6 +84,7 @@ def test_b_rows_far_apart_are_packed_from_a_few_row_tiles():
     for m, n, pack_b in ((PACK_B_WIDE_ROWS, wide, 1), (PACK_B_WIDE_ROWS - 16, wide, 0), (PACK_B_WIDE_ROWS, narrow, 0)):
         config = kiln.build("matmul", [(m, 256), (256, n)]).resolved_config()
         assert config["pack_b"] == pack_b, (m, n)
+    assert kiln.build("matmul", [(sym("n"), 256), (256, wide)]).resolved_config()["pack_b"] == 1  # rows not known
     kernel = kiln.build("matmul", [(PACK_B_WIDE_ROWS, 64), (64, wide)])
     a, b = (np.random.default_rng(0).standard_normal(s).astype("float32") for s in kernel.shapes)
     np.testing.assert_allclose(kernel(a, b), a @ b, rtol=1e-4, atol=1e-4)

@@ -200,8 +200,9 @@ def _packs_b(cfg: Config, r: MatmulRoles) -> bool:
     apart or more, in a batched product, or beside a transposed A."""
     attrs = cfg.workload.attrs
     laid_out = not attrs.get("transpose_a") and not attrs.get("transpose_b") and not r.batch
-    wide = r.n is not None and r.n * r.elem >= PACK_B_ROW_BYTES and r.m >= PACK_B_WIDE_ROWS
-    return not laid_out or r.m is None or r.m > PACK_B_ROWS or wide
+    if not laid_out or r.m is None:
+        return True
+    return r.m > PACK_B_ROWS or (r.n is not None and r.n * r.elem >= PACK_B_ROW_BYTES and r.m >= PACK_B_WIDE_ROWS)
 
 
 def _few(r: MatmulRoles) -> bool:
