@@ -12,8 +12,8 @@ The child builds the same seeded inputs as kiln's side
 (``kiln.runtime.measure.random_inputs``) and times the op's registered numpy
 reference (``op.reference``), one sample per request, so that the parent can
 interleave its samples with kiln's; a reference that returns a view of an
-input has it copied in the time, as the kernel writes its result. Protocol: one JSON object per line on
-stdin, one answer per line on stdout.
+input has it copied in the time, as the kernel writes its result. Protocol:
+one JSON object per line on stdin, one answer per line on stdout.
 
 Run by ``NumpyReference``; ``python -m kiln.bench.reference`` is the child.
 """

@@ -32,10 +32,9 @@ def schedule_lstm_cell_grad(sch, block, cfg: Config) -> NotApplicable | None:
     workload = cfg.workload
     name = workload.op.name
     rows, hidden = workload.shapes[1]
-    state, carry = find_block(sch, name + "_state"), find_block(sch, name + "_c")
-    dgates = find_block(sch, name)
+    state, carry, dgates = find_block(sch, name + "_state"), find_block(sch, name + "_c"), block
     lanes = cfg.target.lanes(workload.out_dtypes[0])
-    if not isinstance(hidden, int) or hidden % lanes or hidden == lanes or None in (state, carry, dgates) \
+    if not isinstance(hidden, int) or hidden % lanes or hidden == lanes or None in (state, carry) \
             or len(blocks(sch)) != 3:
         return NOT_APPLICABLE
     par = cfg.define_knob("parallel", (0, 1), default=int(not isinstance(rows, int)
