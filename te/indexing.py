@@ -168,13 +168,16 @@ class _Join(Op):
 
     def pick(self, xs, offsets, axis, i, dt):
         """x_k[i with i[axis] - offsets[k]] for the k whose range holds i[axis]
-        (``offsets`` has one more entry than ``xs``: the running ends)."""
-        n = len(xs)
-        value = xs[-1](*self.shift(i, axis, offsets[n - 1])).astype(dt)
-        for k in range(n - 2, -1, -1):
-            value = tirx.if_then_else(i[axis] < offsets[k + 1], xs[k](*self.shift(i, axis, offsets[k])).astype(dt),
-                                      value)
-        return value
+        (``offsets`` has one more entry than ``xs``: the running ends), found
+        by halving the inputs: log2(k) tests per element, not up to k (a
+        chain of 64 tests made joining 64 rows of states 4x slower than a copy)."""
+        def among(lo: int, hi: int):
+            if hi - lo == 1:
+                return xs[lo](*self.shift(i, axis, offsets[lo])).astype(dt)
+            mid = (lo + hi) // 2
+            return tirx.if_then_else(i[axis] < offsets[mid], among(lo, mid), among(mid, hi))
+
+        return among(0, len(xs))
 
     @staticmethod
     def shift(i, axis, off):
@@ -203,12 +206,9 @@ class Stack(_Join):
         ax = normalize_axis(self.name, axis, len(out))
         dt = self.infer_dtype(*[dtype_of(x) for x in xs], axis=axis)
 
-        def body(*i):
-            rest = i[:ax] + i[ax + 1:]
-            value = xs[-1](*rest).astype(dt)
-            for k in range(len(xs) - 2, -1, -1):
-                value = tirx.if_then_else(i[ax] == k, xs[k](*rest).astype(dt), value)
-            return value
+        def body(*i):  # input k is concatenate's input k of extent 1 along ax
+            return self.pick([lambda *j, x=x: x(*(j[:ax] + j[ax + 1:])) for x in xs], list(range(len(xs) + 1)), ax,
+                             i, dt)
 
         return te.compute(out, body, name=self.name, tag="injective")
 

@@ -3,6 +3,7 @@ compiles to a kernel with a parallel loop and a vectorized loop (for the
 data-dependent family, the copies around its one serial compaction loop)."""
 import re
 
+import numpy as np
 import pytest
 
 import kiln
@@ -88,6 +89,22 @@ def test_a_fused_update_is_one_pass_over_memory():
     # the new state and the new weight are computed in one loop nest: each element read once, written once
     script = kiln.build("adam_step", [(784, 512)] * 4 + [(7,)]).script()
     assert script.count("T.parallel") == 1 and script.count("T.vectorized") == 1
+
+
+@pytest.mark.parametrize("op", ["concatenate", "stack"])
+def test_a_join_of_many_inputs_finds_each_elements_input_in_log2_tests(op):
+    # one test per halving of the inputs: 64 inputs nest 6 deep (a chain nested 63 and ran 4x a copy's time)
+    from tvm import ir, te
+
+    def depth(e):
+        if isinstance(e, ir.expr.Call) and e.op.name.endswith("if_then_else"):
+            return 1 + max(depth(e.args[1]), depth(e.args[2]))
+        return 0
+
+    xs = [te.placeholder((32, 256), "float32", name=f"x{k}") for k in range(64)]
+    assert depth(get_op(op).compute(*xs, axis=0).op.body[0]) == 6
+    got = kiln.build(op, [(32, 256)] * 64)(*[np.full((32, 256), k, np.float32) for k in range(64)])
+    assert np.array_equal(got.reshape(64, -1), np.repeat(np.arange(64, dtype=np.float32)[:, None], 32 * 256, 1))
 
 
 def test_every_family_is_covered():
