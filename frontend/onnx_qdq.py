@@ -8,7 +8,9 @@ with zero point 0 (one scale, or one per output channel), and its bias (if
 any) a float initializer or ``DequantizeLinear`` of an int32 one; a ``Conv``
 must be 2-D, of one group and dilation 1; a ``Gemm`` plain (``alpha`` =
 ``beta`` = 1, no ``transA``). Every other one stays on the dequantized float
-path, computing what the file says, and the report says why.
+path, computing what the file says, and the report says why. A ``MatMul``
+whose second operand is an activation quantized the same way (attention's
+products) fuses into one ``matmul_int8`` of the two operands' codes.
 """
 from __future__ import annotations
 
@@ -45,6 +47,12 @@ class _Graph:
     def made_by(self, name: str, op_type: str):
         node = self.producer.get(name)
         return node if node is not None and node.op_type == op_type else None
+
+    def activation(self, name: str) -> bool:
+        """Whether ``name`` is computed from the model's inputs: neither an
+        initializer nor ``DequantizeLinear`` of one (a weight)."""
+        dq = self.made_by(name, "DequantizeLinear")
+        return self.const(name) is None and (dq is None or self.const(dq.input[0]) is None)
 
     def qparams(self, node):
         """``(scale array, zero point array)`` of a Q/DQ node, or None when not constants."""
@@ -123,6 +131,9 @@ def fuse_qdq(nodes, arrays: dict, outputs, dot: bool = True) -> tuple[list, dict
                                        or attrs.get("transA", 0)):
             why = "a Gemm with alpha, beta or transA"
         act = why or _activation(graph, node.input[0])
+        if node.op_type == "MatMul" and graph.activation(node.input[1]) and not isinstance(act, str):
+            fused.append(_activation_product(graph, node, act, report))  # a product of two activations
+            continue
         axis = 0 if node.op_type == "Conv" or (node.op_type == "Gemm" and attrs.get("transB", 0)) else 1
         weight = act if isinstance(act, str) else _weight(graph, node.input[1], axis)
         bias = weight if isinstance(weight, str) else _bias(graph, node, 2) if node.op_type != "MatMul" else None
@@ -143,6 +154,22 @@ def fuse_qdq(nodes, arrays: dict, outputs, dot: bool = True) -> tuple[list, dict
                                       **{k: v for k, v in attrs.items() if k not in ("alpha", "beta", "transA")}))
         report.append((node.name, node.op_type, "int8", ""))
     return _live(fused, outputs), constants, report
+
+
+def _activation_product(graph: _Graph, node, a, report: list):
+    """A ``MatMul`` of ``a`` (its ``_activation``) and a second activation:
+    fused into a ``QDQMatMulInt8`` node where that one is quantized too, else
+    the node as it is, on the float path. Appends its report line."""
+    from onnx import helper
+
+    b = _activation(graph, node.input[1])
+    if isinstance(b, str):
+        report.append((node.name, node.op_type, "float", f"its second operand is an activation not quantized as its first is ({b})"))
+        return node
+    (x, x_scale, x_zp), (y, y_scale, y_zp) = a, b
+    report.append((node.name, node.op_type, "int8", ""))
+    return helper.make_node("QDQMatMulInt8", [x, y], list(node.output), name=node.name, domain="kiln",
+                            a_scale=x_scale, a_zero_point=x_zp, b_scale=y_scale, b_zero_point=y_zp)
 
 
 def _live(nodes, outputs) -> list:

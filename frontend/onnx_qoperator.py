@@ -9,7 +9,9 @@ channel; a ``QLinearConv`` 2-D, of one group, dilation 1, padded alike on
 both sides, its bias an int32 initializer) runs as kiln's int8 kernels on
 the codes as they come: ``conv2d_int8`` (which takes uint8 codes) or
 ``dense_int8``, then ``quantize`` to the output's scale and zero point (in
-the kernel's write-back once exported). ``fuse_qoperator`` decides, before
+the kernel's write-back once exported). A ``QLinearMatMul`` of two uint8
+activations with one scale each (attention's products) runs as
+``matmul_int8``. ``fuse_qoperator`` decides, before
 the nodes become steps, and reports each op with the reason where it does
 not (as ``fuse_qdq`` does for the QDQ form). Every other one runs what the
 file says on the dequantized float path: inputs dequantized, the float op,
@@ -31,7 +33,7 @@ from ..nn.quantized_ops import PANEL, offset
 from . import ops
 from .onnx_nn import _conv_geometry
 from .onnx_qdq import NO_VNNI
-from .onnx_quant import _fused, _scalar
+from .onnx_quant import _fused, _scalar, activation_product
 from .onnx_table import converter
 from .values import is_kiln, kiln_dtype, known, materialize, shape_of
 
@@ -61,6 +63,9 @@ def int8_reason(node, arrays: dict, dot: bool) -> str | None:
         return "its scales and zero points are not initializers"
     if x_zp.dtype != np.uint8 or x_scale.size != 1:
         return "its input is not uint8 with one scale"
+    if node.op_type == "QLinearMatMul" and w is None:  # a product of two activations (attention's)
+        return None if w_zp.dtype == np.uint8 and w_zp.size == 1 and w_scale.size == 1 else \
+            "its second operand is an activation not uint8 with one scale"
     if w is None or w.dtype != np.int8 or np.any(w_zp != 0):
         return "its weight is not an int8 initializer with zero point 0"
     if node.op_type == "QGemm" and (attrs.get("transA", 0) or attrs.get("alpha", 1.0) != 1.0):
@@ -154,6 +159,11 @@ def qlinear_conv_int8(node, x, x_scale, x_zp, w, w_scale, w_zp, y_scale, y_zp, b
 
 @_fused("QLinearMatMul")
 def qlinear_matmul_int8(node, a, a_scale, a_zp, b, b_scale, b_zp, y_scale, y_zp):
+    if is_kiln(b):  # a second activation's codes: matmul_int8
+        scalars = (_scalar(v, node, what) for v, what in ((a_scale, "a_scale"), (a_zp, "a_zero_point"),
+                                                           (b_scale, "b_scale"), (b_zp, "b_zero_point")))
+        a_s, a_z, b_s, b_z = scalars
+        return requantized(node, activation_product(node, a, b, a_s, a_z, b_s, b_z), y_scale, y_zp)
     return _dense_int8(node, a, a_scale, a_zp, np.asarray(b), b_scale, None, y_scale, y_zp)
 
 

@@ -11,7 +11,9 @@ model imports and computes what the file says. Before the nodes become steps,
 through ``DequantizeLinear`` (zero point 0), with a bias that is a float
 initializer or ``DequantizeLinear`` of an int32 one, and replaces it by one
 node that runs ``conv2d_int8`` (or ``quantize`` then ``dense_int8``) on the
-float ``x`` with the file's scales, zero point and int8 weights. The
+float ``x`` with the file's scales, zero point and int8 weights. A ``MatMul``
+of two such activations (attention's ``Q @ K^T`` and ``P @ V``) runs as
+``quantize`` of each, then ``matmul_int8``. The
 ``QuantizeLinear``/``DequantizeLinear`` pairs no one reads any more are
 dropped. ``fuse_qdq`` reports each such op: fused, or left on the
 dequantized (float) path and why.
@@ -27,7 +29,7 @@ from ..nn.quantized_ops import PANEL, offset
 from . import ops
 from .onnx_nn import _conv_geometry
 from .onnx_table import converter
-from .values import is_kiln, known, materialize, shape_of
+from .values import broadcast_static, is_kiln, known, materialize, shape_of
 
 #: the fused nodes' op types (converters in ``FUSED``, not among the ONNX ops kiln lists)
 FUSED: dict = {}
@@ -92,6 +94,30 @@ def qdq_conv(node, x, wq, w_scale, bias=None):
     return call("conv2d_int8", x, materialize(pack_conv_int8_weight(wq, PANEL), "QDQConv"),
                 materialize(step.astype(np.float32), "QDQConv"), materialize(shift, "QDQConv"),
                 in_scale=x_scale, in_zero_point=x_zp, stride=tuple(strides), padding=(top, left))
+
+
+def activation_product(node, a, b, a_scale: float, a_zp: int, b_scale: float, b_zp: int):
+    """``a @ b`` of two uint8 activations' codes (attention's products) as one
+    ``matmul_int8``, float out: leading dims broadcast as numpy's matmul
+    does. A 1-D operand, or a symbolic N (``matmul_int8`` packs B in panels
+    of a static N), runs the dequantized operands' float product: the same
+    numbers, not the int8 kernel."""
+    sa, sb = shape_of(a), shape_of(b)
+    if len(sa) < 2 or len(sb) < 2 or not isinstance(sb[-1], (int, np.integer)):
+        return ops.matmul(*(call("dequantize", v, scale=float(s), zero_point=int(z), dtype="uint8")
+                            for v, s, z in ((a, a_scale, a_zp), (b, b_scale, b_zp))))
+    lead = broadcast_static(list(sa[:-2]), list(sb[:-2]))
+    a, b = (v if list(shape[:-2]) == list(lead) else ops.expand(v, [*lead, *shape[-2:]])
+            for v, shape in ((a, sa), (b, sb)))
+    return call("matmul_int8", a, b, a_zero_point=int(a_zp), b_zero_point=int(b_zp), scale=float(a_scale) * float(b_scale))
+
+
+@_fused("QDQMatMulInt8")
+def qdq_activation_matmul(node, a, b):
+    codes = [call("quantize", v, scale=float(node.attr(f"{side}_scale")), zero_point=int(node.attr(f"{side}_zero_point")),
+                  dtype="uint8") for v, side in ((a, "a"), (b, "b"))]
+    return activation_product(node, *codes, node.attr("a_scale"), node.attr("a_zero_point"), node.attr("b_scale"),
+                              node.attr("b_zero_point"))
 
 
 @_fused("QDQMatMul")

@@ -29,10 +29,13 @@ CUDA_ARCHS = ("sm_70", "sm_75", "sm_80", "sm_86", "sm_89", "sm_90")
 #: features, e.g. ``fast-variable-perlane-shuffle``, only tune the code)
 ISA_FEATURES = ("sse4.2", "avx", "avx2", "fma", "f16c", "bmi", "bmi2", "avx512f", "avx512bw", "avx512dq",
                 "avx512vl", "avx512cd", "avx512vnni", "avxvnni", "avx512bf16", "avx512fp16", "avx512vbmi",
-                "amx-tile")
+                "amx-tile", "sse4a")  # sse4a: AMD's (LLVM's znver code uses its extrq/insertq; Intel has none)
 #: a CPU of each x86 vector width, for building at the widths the host does not have
 #: (``vector_levels``): the AVX2 machine kind kiln runs on, and an AVX-512 one
 LEVEL_CPUS = {256: "znver3", 512: "znver4"}
+#: the AVX2 stand-in where the host cannot run ``LEVEL_CPUS``'s (an Intel host: no SSE4A): the x86-64 level
+#: of AVX2, no vendor's own extensions
+PORTABLE_AVX2 = "x86-64-v3"
 #: the LLVM feature that keeps a CPU with AVX-512 on its full width (ResNet-50 int8 at batch 8 on
 #: ``emeraldrapids``: 77.5 -> 70.9 ms with the register-tile write-back; the float models unchanged)
 PREFER_512 = "-prefer-256-bit"
@@ -190,10 +193,16 @@ def check_runs_here(target: Target, **where) -> None:
 
 def vector_levels() -> list[Target]:
     """A CPU target of each x86 vector width (AVX2, AVX-512): ``cpu()``'s for its
-    own width, a ``LEVEL_CPUS`` stand-in for the others. ``runs_here`` tells
-    which of them this machine can also run (an AVX2 host only builds AVX-512 code)."""
+    own width, a ``LEVEL_CPUS`` stand-in for the others (``PORTABLE_AVX2`` for
+    AVX2 on a host that cannot run Zen 3's code). ``runs_here`` tells which of
+    them this machine can also run (an AVX2 host only builds AVX-512 code)."""
     own = cpu()
-    return [own] + [_cpu(name) for bits, name in LEVEL_CPUS.items() if bits != own.vector_bits]
+    levels = [own]
+    for bits, name in LEVEL_CPUS.items():
+        if bits != own.vector_bits:
+            stand_in = _cpu(name)
+            levels.append(_cpu(PORTABLE_AVX2) if bits < own.vector_bits and not stand_in.runs_here else stand_in)
+    return levels
 
 
 def present_arch() -> str | None:

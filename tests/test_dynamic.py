@@ -31,7 +31,8 @@ REFUSE_SYMBOLIC = {"conv2d", "max_pool2d_grad", "avg_pool2d_grad", "broadcast_to
                    "sgd_step", "sgd_momentum_step", "adam_step",  # the hyperparameter vector is read by index
                    "take_grad", "gather_elements_grad",  # the gradient's shape attr: the static input's
                    "lstm_cell", "lstm_cell_grad",  # the gates' width is 4x the state's: unrelated sizes cannot be
-                   "dense_int8", "conv2d_int8"}  # a static weight (its blocks of 4 and its panels); a symbolic M runs (test_quantize)
+                   "dense_int8", "conv2d_int8",  # a static weight (its blocks of 4 and its panels); a symbolic M runs (test_quantize)
+                   "matmul_int8"}  # a static N (B packed in its panels); a symbolic batch, M or K runs (test_quantize_matmul)
 
 
 def test_one_symbolic_kernel_serves_every_size_and_stays_vectorized():

@@ -31,7 +31,7 @@ EXPECTED = {
     "normalizes_rows": {"softmax"},
     "sums_operands": {"add"},
     # the ops of the families runtime.measure scored in GFLOPS (matmul, conv2d, conv2d_backward_weight)
-    "compute_bound": {"attention", "matmul", "dense", "dense_packed", "dense_int8", "conv2d_int8", "conv2d", "conv2d_packed", "conv2d_backward_data",
+    "compute_bound": {"attention", "matmul", "dense", "dense_packed", "dense_int8", "matmul_int8", "conv2d_int8", "conv2d", "conv2d_packed", "conv2d_backward_data",
                       "conv2d_backward_weight"},
 }
 

@@ -3,7 +3,9 @@ weights (K in blocks of 4 or with a tail, N in whole panels or not, one row
 to a batch's worth), and conv2d_int8 (1x1, 3x3 and a 7x7 stem, strides 1 and
 2, channels in blocks of 4 or with a tail, output channels past a panel,
 NCHW or in channel blocks in and out, float or uint8 codes in), and
-dequantize_add (a residual of uint8 or int8 codes)."""
+dequantize_add (a residual of uint8 or int8 codes), and matmul_int8 (two
+uint8 operands with their zero points: batched or one matrix, K and N in whole
+blocks or with tails, corrections of zero)."""
 import numpy as np
 
 from helpers import Case
@@ -57,7 +59,20 @@ def _conv_case(x, k, kernel, bn=16, x_dtype="float32", **attrs):
     return Case("conv2d_int8", shapes, [x_dtype, "int8", "float32", "float32"], attrs=attrs, make=_conv, grad=False)
 
 
+def _matmul_int8(m, k, n, batch=(), **attrs):
+    shapes = [(*batch, m, k), (*batch, k, n)]
+    return Case("matmul_int8", shapes, ["uint8", "uint8"], attrs={"scale": 0.003, **attrs}, make=_all_codes, grad=False)
+
+
+def _all_codes(rng, shapes, dtypes):
+    return [rng.integers(0, 256, s).astype(np.uint8) for s in shapes]
+
+
 CASES = [
+    _matmul_int8(16, 64, 32, (2, 3), a_zero_point=131, b_zero_point=3),  # attention's shape, heads x batch
+    _matmul_int8(5, 12, 20, a_zero_point=7, b_zero_point=255),  # one matrix, N past a panel
+    _matmul_int8(4, 13, 33, (2,)),  # K with a tail of 1: int32 multiply-adds; both corrections 0
+    _matmul_int8(7, 32, 16, (3,), b_zero_point=128),  # no row sums read
     Case("quantize", [(4, 33)], attrs={"scale": 0.5, "zero_point": 128}, make=_floats_and_ties, grad=False),
     Case("quantize", [(2, 3, 5)], "float64", attrs={"scale": 0.1, "zero_point": -3, "dtype": "int8"},
          make=_floats_and_ties, grad=False),
