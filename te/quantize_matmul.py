@@ -21,7 +21,6 @@ from tvm import te, tirx
 
 from ..errors import AttrError, ShapeError
 from . import attrs as A
-from .quantize import ROW_BLOCK
 from .registry import Op, register
 from .shapes import is_static, same_dim, shape_str, static
 
@@ -55,10 +54,7 @@ class MatmulInt8(Op):
              "scale": A.Attr(A.positive_float, default=1.0, doc="a's scale times b's: the real value of one product")}
 
     def check(self, shapes, dtypes=None, attrs=None):
-        workload = super().check(shapes, dtypes, attrs)
-        if tuple(workload.dtypes) != ("uint8", "uint8"):
-            raise AttrError(f"got dtypes {', '.join(workload.dtypes)}, expected uint8, uint8 (the codes of a and b)",
-                            op=self.name, arg="dtypes")
+        workload = super().check(shapes, dtypes, attrs)  # the dtypes: uint8 only (``dtypes``)
         _zero_point("a_zero_point", workload.attrs["a_zero_point"])
         _zero_point("b_zero_point", workload.attrs["b_zero_point"])
         return workload
@@ -100,15 +96,12 @@ class MatmulInt8(Op):
         ra = te.reduce_axis((0, k), "ra")
         row_sum = te.compute((*batch, m), lambda *i: te.sum(a[(*i, ra)].astype("int32"), axis=ra),
                              name="matmul_int8_row_sum")
-        # a symbolic M is padded to ROW_BLOCK rows (re-reading the last), so a register tile of rows divides it
-        rows = m if is_static(m) else tirx.floordiv(m + ROW_BLOCK - 1, ROW_BLOCK) * ROW_BLOCK
         rk, rr = te.reduce_axis((0, k4), "k4"), te.reduce_axis((0, 4), "r")
 
         def code_of_a(bt, i, kk):
-            i = i if rows is m else tirx.min(i, m - 1)
             return a[(*bt, i, kk)] if whole_k else tirx.if_then_else(kk < k, a[(*bt, i, tirx.min(kk, k - 1))],
                                                                      tirx.const(0, "uint8"))
-        acc = te.compute((*batch, rows, panels, PANEL), lambda *i: te.sum(
+        acc = te.compute((*batch, m, panels, PANEL), lambda *i: te.sum(
             code_of_a(i[:-3], i[-3], rk * 4 + rr).astype("int32") * bp[(*i[:-3], i[-2], rk, i[-1], rr)].astype("int32"),
             axis=[rk, rr]), name="matmul_int8_acc", tag="matmul")
         za, zb = a_zero_point, b_zero_point
