@@ -164,7 +164,8 @@ def _activation_product(graph: _Graph, node, a, report: list):
 
     b = _activation(graph, node.input[1])
     if isinstance(b, str):
-        report.append((node.name, node.op_type, "float", f"its second operand is an activation not quantized as its first is ({b})"))
+        why = f"its second operand is an activation not quantized as its first is ({b})"
+        report.append((node.name, node.op_type, "float", why))
         return node
     (x, x_scale, x_zp), (y, y_scale, y_zp) = a, b
     report.append((node.name, node.op_type, "int8", ""))

@@ -160,10 +160,9 @@ def qlinear_conv_int8(node, x, x_scale, x_zp, w, w_scale, w_zp, y_scale, y_zp, b
 @_fused("QLinearMatMul")
 def qlinear_matmul_int8(node, a, a_scale, a_zp, b, b_scale, b_zp, y_scale, y_zp):
     if is_kiln(b):  # a second activation's codes: matmul_int8
-        scalars = (_scalar(v, node, what) for v, what in ((a_scale, "a_scale"), (a_zp, "a_zero_point"),
-                                                           (b_scale, "b_scale"), (b_zp, "b_zero_point")))
-        a_s, a_z, b_s, b_z = scalars
-        return requantized(node, activation_product(node, a, b, a_s, a_z, b_s, b_z), y_scale, y_zp)
+        scalars = [_scalar(v, node, what) for v, what in ((a_scale, "a_scale"), (a_zp, "a_zero_point"),
+                                                           (b_scale, "b_scale"), (b_zp, "b_zero_point"))]
+        return requantized(node, activation_product(node, a, b, *scalars), y_scale, y_zp)
     return _dense_int8(node, a, a_scale, a_zp, np.asarray(b), b_scale, None, y_scale, y_zp)
 
 

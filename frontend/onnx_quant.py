@@ -109,15 +109,15 @@ def activation_product(node, a, b, a_scale: float, a_zp: int, b_scale: float, b_
     lead = broadcast_static(list(sa[:-2]), list(sb[:-2]))
     a, b = (v if list(shape[:-2]) == list(lead) else ops.expand(v, [*lead, *shape[-2:]])
             for v, shape in ((a, sa), (b, sb)))
-    return call("matmul_int8", a, b, a_zero_point=int(a_zp), b_zero_point=int(b_zp), scale=float(a_scale) * float(b_scale))
+    return call("matmul_int8", a, b, a_zero_point=int(a_zp), b_zero_point=int(b_zp),
+                scale=float(a_scale) * float(b_scale))
 
 
 @_fused("QDQMatMulInt8")
 def qdq_activation_matmul(node, a, b):
-    codes = [call("quantize", v, scale=float(node.attr(f"{side}_scale")), zero_point=int(node.attr(f"{side}_zero_point")),
-                  dtype="uint8") for v, side in ((a, "a"), (b, "b"))]
-    return activation_product(node, *codes, node.attr("a_scale"), node.attr("a_zero_point"), node.attr("b_scale"),
-                              node.attr("b_zero_point"))
+    params = [(node.attr(f"{side}_scale"), node.attr(f"{side}_zero_point")) for side in ("a", "b")]
+    codes = [call("quantize", v, scale=float(s), zero_point=int(z), dtype="uint8") for v, (s, z) in zip((a, b), params)]
+    return activation_product(node, *codes, *params[0], *params[1])
 
 
 @_fused("QDQMatMul")

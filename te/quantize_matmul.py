@@ -30,6 +30,12 @@ PANEL = 16
 MAX_DEPTH = 1 << 15
 
 
+def sums_read(a_zero_point: int, b_zero_point: int) -> tuple[str, ...]:
+    """The stages of sums the corrections read: A's row sums unless ``(128 -
+    zb)`` is 0, B's column sums unless ``za`` is."""
+    return ("matmul_int8_row_sum",) * (b_zero_point != 128) + ("matmul_int8_col_sum",) * (a_zero_point != 0)
+
+
 def _zero_point(name: str, value) -> int:
     if not 0 <= value <= 255:
         raise AttrError(f"got {value}, expected a uint8 zero point (0..255)", op="matmul_int8", arg=name)
@@ -108,10 +114,15 @@ class MatmulInt8(Op):
         fixed = tirx.Cast("int32", k) * (za * zb)
         scale_ = tirx.const(scale, "float32")
 
+        read = sums_read(za, zb)
+
         def epilogue(*i):
             *bt, row, col = i
-            total = (acc[(*bt, row, col // PANEL, col % PANEL)] + (128 - zb) * row_sum[(*bt, row)]
-                     - za * col_sum[(*bt, col)] + fixed)
+            total = acc[(*bt, row, col // PANEL, col % PANEL)] + fixed
+            if row_sum.op.name in read:
+                total = total + (128 - zb) * row_sum[(*bt, row)]
+            if col_sum.op.name in read:
+                total = total - za * col_sum[(*bt, col)]
             return total.astype("float32") * scale_
         return te.compute((*batch, m, n), epilogue, name=self.name, tag="matmul")
 

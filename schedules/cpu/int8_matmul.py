@@ -22,7 +22,7 @@ vectorized int32 multiply-adds (exact, slower).
 """
 from __future__ import annotations
 
-from ...te.quantize_matmul import PANEL
+from ...te.quantize_matmul import PANEL, sums_read
 from ..config import Config
 from ..dispatch import NOT_APPLICABLE, NotApplicable, register_template
 from ..util import const_int, divisors
@@ -55,20 +55,20 @@ def schedule_matmul_int8(sch, block, cfg: Config) -> NotApplicable | None:
     sch.vectorize(sch.split(cols, [None, cfg.target.lanes("float32")])[1])
     acc = sch.get_sblock("matmul_int8_acc")
     sch.compute_at(acc, task, preserve_unit_loops=True)  # a single panel keeps its loop
-    used = ("matmul_int8_row_sum",) * (workload.attrs["b_zero_point"] != 128) + (
-        "matmul_int8_col_sum",) * (workload.attrs["a_zero_point"] != 0)  # a sum a correction of 0 never reads
-    for name in (*used, "matmul_int8_pack"):
+    sums = sums_read(workload.attrs["a_zero_point"], workload.attrs["b_zero_point"])
+    for name in (*sums, "matmul_int8_pack"):
         stage = sch.get_sblock(name)
         if batch_dims or name == "matmul_int8_row_sum":
             sch.compute_at(stage, task, preserve_unit_loops=True)  # made in the task that reads it
         elif par:  # a single matrix's B: packed and summed once, before its row blocks
             sch.parallel(sch.get_loops(stage)[0])
-        if name == "matmul_int8_col_sum":  # B's rows in turn, added to a vector of columns
-            col, depth = sch.get_loops(stage)[-2:]
-            outer, lanes = sch.split(col, [None, cfg.target.lanes("int32")])
-            sch.reorder(outer, depth, lanes)
-            sch.vectorize(lanes)  # before decompose_reduction (TVM rejects it after)
-            sch.decompose_reduction(stage, depth)
+    if "matmul_int8_col_sum" in sums:  # B's rows in turn, added to a vector of columns
+        col_sum = sch.get_sblock("matmul_int8_col_sum")
+        col, depth = sch.get_loops(col_sum)[-2:]
+        outer, lanes = sch.split(col, [None, cfg.target.lanes("int32")])
+        sch.reorder(outer, depth, lanes)
+        sch.vectorize(lanes)  # before decompose_reduction (TVM rejects it after)
+        sch.decompose_reduction(col_sum, depth)
 
     i, p, j, k4, r = sch.get_loops(acc)[-5:]
     io, ii = sch.split(i, [None, tile_m])
