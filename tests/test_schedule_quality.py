@@ -314,3 +314,21 @@ def test_matmul_row_blocks_deal_out_evenly_to_the_threads():
     config = kiln.build("matmul", [(128, 784), (128, 512)], attrs={"transpose_a": True}).resolved_config()
     tiles = -(-784 // config["tile_m"])
     assert tiles % config["block_m"] == 0 and _balance(tiles // config["block_m"], kiln.cpu().cores) >= BALANCE
+
+
+@pytest.mark.parametrize("shapes, rows_first", [
+    ([(1, 144, 28, 28), (24, 144, 1, 1)], 1),   # MobileNetV2's projection: a 14 KB weight, a 450 KB image
+    ([(1, 512, 7, 7), (512, 512, 3, 3)], 0),    # ResNet's last layers: a 9 MB weight, a 100 KB image
+])
+def test_conv_tasks_split_an_images_rows_where_its_weight_is_the_smaller(shapes, rows_first):
+    """The threads split an image's rows (each core then reads the rows it wrote before) unless the weight
+    is larger than the image: then they split its channel blocks, each reading half the weight. Either order
+    computes the same."""
+    attrs = {"padding": shapes[1][2] // 2}
+    kernel = kiln.build("conv2d", shapes, attrs=attrs)
+    assert kernel.resolved_config()["rows_first"] == rows_first
+    rng = np.random.default_rng(0)
+    x, w = (rng.standard_normal(s).astype("float32") for s in shapes)
+    other = kiln.build("conv2d", shapes, attrs=attrs, config={**kernel.config, "rows_first": 1 - rows_first})
+    assert other.script() != kernel.script()
+    np.testing.assert_allclose(kernel(x, w), other(x, w), rtol=1e-5, atol=1e-4)

@@ -82,6 +82,11 @@ on its loops' roles (``conv2d_roles.py``), its defaults from
               tasks (14 rows of ResNet-18's 56x56 to 14x14 maps): fewer
               tasks pad each input row fewer times.
 ``parallel``  1 to run (batch, channel block, row block) on the thread pool.
+``rows_first`` NCHW: 1 to order the tasks (batch, row block, channel block),
+              so the threads split an image's rows rather than its channel
+              blocks: each core then reads the rows it wrote in the layer
+              before, and the whole weight. Default 1 where the weight has
+              fewer elements than an image of the input (``conv2d_defaults``).
 ``pad_inline`` with ``unroll_map`` 1: 1 (default) to read the input where it
               lies, no padded copy: each product's padding test is a
               constant of the unrolled code, the ones reading padding left
@@ -129,7 +134,7 @@ from .conv2d_grouped import schedule_grouped
 from .conv2d_pack import OIHW, CopiedWeight, PackedWeight
 from .conv2d_roles import ConvRoles, conv_roles
 from .conv2d_steps import (accumulate_nchw, accumulate_nhwc, channel_tile, column_tile, few_pad_copies,
-                           padding_knobs, place_padding, run_tasks, split_tiles, task_rows, unroll_map,
+                           padding_knobs, place_padding, run_tasks, split_tiles, task_order, task_rows, unroll_map,
                            unroll_tile, vectorize_write_back)
 
 
@@ -177,7 +182,7 @@ def schedule_nchw(sch, r: ConvRoles, cfg: Config, skip: bool, weight: CopiedWeig
     unroll_tile(sch, r, t, unroll_kw)
     if unroll:
         unroll_map(sch, r, t)
-    task = run_tasks(sch, r, (r.n, t.oo, t.yo), par)
+    task = run_tasks(sch, r, task_order(sch, cfg, r.n, t.oo, t.yo), par)
     vectorize_write_back(sch, acc, 3)  # below (task, a task's rows, column tiles)
     once = r.batch == 1 and rows == r.height  # one task per channel block
     if pack_w and cfg.define_knob("pack_at", (0, 1), default=int(once)):

@@ -8,6 +8,8 @@ schedules/").
 """
 from __future__ import annotations
 
+import math
+
 from ...errors import AttrError
 from ...te.shapes import static
 from ...te.workload import Workload
@@ -183,3 +185,18 @@ def packed_channels(workload: Workload, target) -> int:
     lanes = target.lanes(workload.out_dtypes[0])
     known = [d if isinstance(d, int) else None for d in (channels, width)]
     return default_tiles(*known, lanes, register_budget(lanes))[0]
+
+def rows_first_default(workload: Workload) -> bool:
+    """``rows_first``'s default: 1 where the weight has fewer elements than
+    one image of the input. The threads then split an image's rows, not its
+    channel blocks, so each core reads the rows it wrote in the layer before
+    (a channel split reads every input channel, half of them from the other
+    core's cache) and the whole weight; a weight larger than the image keeps
+    the channel split, each core reading half of it (MobileNetV2 at batch 1,
+    its depthwise and 1x1 layers all rows first: 3.63 -> 3.23 ms; ResNet-50's
+    layers all rows first, its large weights included: 33.5 -> 36.7 ms)."""
+    dims = [static(d) for d in (*workload.shapes[0][1:], *workload.shapes[1])]
+    if not all(isinstance(d, int) for d in dims):
+        return False
+    image = len(workload.shapes[0]) - 1
+    return math.prod(dims[image:]) < math.prod(dims[:image])

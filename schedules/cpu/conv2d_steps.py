@@ -10,7 +10,8 @@ from dataclasses import dataclass
 
 from ..config import Config
 from ..generic import schedule_injective
-from .conv2d_defaults import PAD_AT_COPIES, default_task_rows, divisor_tile, pad_copies, task_row_choices
+from .conv2d_defaults import (PAD_AT_COPIES, default_task_rows, divisor_tile, pad_copies, rows_first_default,
+                              task_row_choices)
 from .conv2d_roles import ConvRoles
 
 
@@ -128,6 +129,16 @@ def unroll_map(sch, r: ConvRoles, t: Tiles) -> None:
     sch.unroll(t.yi)
     sch.unroll(t.zo)
     sch.unroll(r.ry)
+
+
+def task_order(sch, cfg: Config, n, blocks, rows) -> tuple:
+    """The task loops (image, channel blocks, row blocks) in the order of
+    ``rows_first``: 1 puts the row blocks before the channel blocks, so the
+    threads split an image's rows (default ``rows_first_default``)."""
+    if cfg.define_knob("rows_first", (0, 1), default=int(rows_first_default(cfg.workload))):
+        sch.reorder(rows, blocks)
+        return n, rows, blocks
+    return n, blocks, rows
 
 
 def run_tasks(sch, r: ConvRoles, loops: tuple, par: int):

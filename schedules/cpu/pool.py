@@ -4,7 +4,7 @@ channel-blocked convolutions, ResNet's stem pool), vectorized over a block's
 channels.
 
 A task is one output row of one channel block of one image (parallel over
-image x block x row), cut into tiles of ``tile_ow`` columns whose maxima
+image x row x block), cut into tiles of ``tile_ow`` columns whose maxima
 stay in registers (a vector of the block's channels per column) while the
 window's taps are read, each tap one vector load and one vector max per
 column; the taps and the tile's columns are unrolled. The window's padding
@@ -15,7 +15,7 @@ whole vector long: a block of 16 uint8 codes is a quarter of one.
 
 ``tile_ow``   output columns per tile: a divisor of the output width.
               Default: the widest at most ``MAX_TILE_OW``.
-``parallel``  1 to run the (image, block, row) tasks on the thread pool.
+``parallel``  1 to run the (image, row, block) tasks on the thread pool.
 """
 from __future__ import annotations
 
