@@ -332,3 +332,22 @@ def test_conv_tasks_split_an_images_rows_where_its_weight_is_the_smaller(shapes,
     other = kiln.build("conv2d", shapes, attrs=attrs, config={**kernel.config, "rows_first": 1 - rows_first})
     assert other.script() != kernel.script()
     np.testing.assert_allclose(kernel(x, w), other(x, w), rtol=1e-5, atol=1e-4)
+
+
+def test_a_softmax_writing_codes_rounds_its_vectors():
+    """A quantize fused into a softmax's write-back (attention's probabilities in a QDQ file) rounds whole
+    vectors: TVM scalarized the loop (``nearbyint`` is not one of its vectorizable ops unless kiln says so),
+    and LLVM then vectorized it across rows with gathers."""
+    import tvm
+    from tvm import te
+
+    from kiln.runtime.lower import schedule
+
+    x = te.placeholder((4, 32, 128), "float32", name="x")
+    probabilities = get_op("softmax").compute(x, axis=-1)
+    codes = get_op("quantize").compute(probabilities, scale=1 / 255, zero_point=0, dtype="uint8", reciprocal=False)
+    workload = get_op("softmax").check([(4, 32, 128)], None, {"axis": -1})
+    sch = schedule(workload, te.create_prim_func([x, codes]), probabilities.op.name, kiln.cpu()).sch
+    sch.reverse_compute_inline(sch.get_sblock(codes.op.name))  # as graph.lower fuses an epilogue
+    assembly = tvm.compile(sch.mod, target=kiln.cpu().tvm).mod.inspect_source("asm")
+    assert re.search(r"\bv(roundps|rndscaleps)\b", assembly) and "gather" not in assembly

@@ -21,7 +21,7 @@ def schedule_softmax(sch, block, cfg: Config) -> NotApplicable | None:
     ndim = len(cfg.workload.shapes[0])
     if cfg.workload.attrs["axis"] % ndim != ndim - 1:
         return NOT_APPLICABLE
-    lanes = cfg.target.lanes(str(sch.get(block).writes[0].source.dtype))
+    lanes = cfg.target.lanes(cfg.workload.dtypes[0])
     loops = sch.get_loops(block)
     row_len = const_int(extent(sch, loops[-1]))
     vec = cfg.define_knob("vector", (1, lanes, 2 * lanes), default=lanes if row_len is None or row_len >= lanes else 1)
