@@ -67,9 +67,10 @@ def _codes(v, scale: float, zero_point: int, dtype: str, reciprocal: bool = Fals
     low, high = _range(dtype)
     dt = v.dtype
     step = v * tirx.const(1.0 / scale, dt) if reciprocal else v / tirx.const(scale, dt)
-    # clamped before rounding (the same codes: the bounds are whole numbers): rounded first, LLVM takes the
-    # clamp and the cast for a saturating conversion and, in a kernel's write-back, vectorizes it across the
-    # wrong loop (gathers): a convolution writing codes ran 1.4-3.5x slower
+    # clamped before rounding (the same codes: the bounds are whole numbers). While TVM scalarized loops
+    # calling ``nearbyint`` (until ``te/__init__`` registered it vectorizable), LLVM vectorized a kernel's
+    # write-back across the wrong loop (gathers), and rounding first made a convolution writing codes
+    # 1.4-3.5x slower still
     step = tirx.max(tirx.min(step, tirx.const(high - zero_point, dt)), tirx.const(low - zero_point, dt))
     q = tirx.nearbyint(step) + tirx.const(zero_point, dt)
     return tirx.Select(tirx.isnan(v), tirx.const(zero_point, dt), q)  # NaN stands for nothing: the zero point
