@@ -45,6 +45,20 @@ def test_conv2d_int8_serves_a_symbolic_batch():
         np.testing.assert_allclose(kernel(*args), want, rtol=1e-5, atol=1e-3, err_msg=f"batch {n}")
 
 
+@pytest.mark.parametrize("c, hw, k, rows_first", [(16, 14, 16, 1), (64, 4, 128, 0)])
+def test_conv2d_int8_tasks_split_rows_unless_the_weight_is_larger_than_an_image(c, hw, k, rows_first):
+    """As the float convolution's: the threads split an image's rows where the weight is the smaller (each
+    core reads the rows the layer before wrote), else its channel blocks (each reads half the weight);
+    either order computes the same."""
+    shapes = [(2, c, hw, hw), (k // 16, 3, 3, c // 4, 16, 4), (k,), (k,)]
+    kernel = kiln.build("conv2d_int8", shapes, DTYPES, attrs=ATTRS)
+    assert kernel.resolved_config()["rows_first"] == rows_first
+    other = kiln.build("conv2d_int8", shapes, DTYPES, attrs=ATTRS,
+                       config={**kernel.config, "rows_first": 1 - rows_first})
+    args = _args(np.random.default_rng(1), 2, c, hw, k)
+    np.testing.assert_array_equal(kernel(*args), other(*args))
+
+
 class _CNN(nn.Module):
     def __init__(self):
         self.stem = nn.Conv(3, 16, 3)

@@ -24,12 +24,18 @@ written along the task's whole row.
 ``tile_p``    blocks of ``bn`` output channels: a divisor of the blocks, at
               most ``MAX_TILE_P``.
 ``parallel``  1 to run the tasks on the thread pool.
+``rows_first`` 1 to order the tasks (image, row, channel blocks), so the
+              threads split an image's rows, 0 for (image, channel blocks,
+              row): each thread then reads half the weight. Default: 1 where
+              the weight has fewer elements than an image of the input, as
+              for the float convolution (``conv2d_defaults.rows_first_default``).
 """
 from __future__ import annotations
 
 from ..config import Config
 from ..dispatch import NOT_APPLICABLE, NotApplicable, register_template
 from ..util import const_int, divisors, find_block
+from .conv2d_defaults import rows_first_default
 from .int8 import dot_instruction, dot_steps
 from .int8_intrin import local
 
@@ -73,8 +79,10 @@ def schedule_conv2d_int8(sch, block, cfg: Config) -> NotApplicable | None:
     b, y, z, p, j, ky, kx, c4, r = sch.get_loops(acc)
     zo, zi = sch.split(z, [None, tile_w])
     po, pi = sch.split(p, [None, tile_p])
-    sch.reorder(b, y, po, zo, ky, kx, c4, zi, pi, j, r)
-    task = sch.fuse(b, y, po)  # a whole output row per task
+    tasks = (b, y, po) if cfg.define_knob("rows_first", (0, 1), default=int(rows_first_default(workload))) \
+        else (b, po, y)
+    sch.reorder(*tasks, zo, ky, kx, c4, zi, pi, j, r)
+    task = sch.fuse(*tasks)  # a whole output row per task
     if par:
         sch.parallel(task)
     intrinsic = dot_instruction(cfg.target, workload, bn)
