@@ -4,7 +4,8 @@
 
 * ``winograd`` (priority 20): a 3x3 kernel at stride and dilation 1 with
   ``WINOGRAD_MIN_CHANNELS`` or more input channels whose transformed tiles
-  fit ``WINOGRAD_TILE_BYTES`` (``winograd_tile``) runs as
+  fit ``WINOGRAD_TILE_BYTES`` and whose multiplies are at most
+  ``WINOGRAD_MAX_SHARE`` of the direct kernel's (``winograd_tile``) runs as
   ``conv2d_winograd``, its weight transformed by
   ``winograd_conv2d_weight``. A constant weight is transformed once and the
   input read as it lies (the layout pass blocks it where a region allows).
@@ -64,6 +65,16 @@ WINOGRAD_MIN_CHANNELS = 16
 #: fit, its 112x112 ones not)
 WINOGRAD_TILE_BYTES = 4 << 20
 
+#: the largest share of the direct convolution's multiplies a Winograd
+#: convolution may keep: its transforms, and a transformed weight 16/9 (F(2x2))
+#: the weight's size read for few tiles, cost more than the rest saves. F(2x2)
+#: on a 7 x 7 map (16 tiles for 49 outputs: 0.58 of the multiplies) ran slower
+#: than direct at batch 1 and 8 (ResNet-50's 512-channel layers: 1.34-1.42 ->
+#: 1.02 ms each in the call at batch 1; the model 0.96 -> 0.99x ONNX Runtime at
+#: batch 1, 1.00 -> 1.01 at batch 8); 14 x 14 (0.44) ran faster as Winograd.
+#: Measured on those layers only: a 5 x 5 map (0.64) goes direct by the rule
+WINOGRAD_MAX_SHARE = 1 / 2
+
 #: the most input channels for F(4x4, 3x3): its rounding grows with its
 #: products' depth, where F(2x2, 3x3)'s stays near the direct kernel's
 WINOGRAD_F4_MAX_CHANNELS = 128
@@ -78,7 +89,8 @@ def winograd_tile(workload) -> int:
     """The output tile m with which an NCHW ``conv2d`` runs as
     ``conv2d_winograd`` F(m x m, 3x3), 0 to keep it direct: a 3x3 kernel,
     stride and dilation 1, a static map, at least ``WINOGRAD_MIN_CHANNELS``
-    input channels, transformed tiles within ``WINOGRAD_TILE_BYTES``. m is 4
+    input channels, transformed tiles within ``WINOGRAD_TILE_BYTES``, at most
+    ``WINOGRAD_MAX_SHARE`` of the direct kernel's multiplies. m is 4
     with at most ``WINOGRAD_F4_MAX_CHANNELS`` inputs, at least 4 tiles of
     4 x 4 per image (a register tile of one tile starves the products) and
     at most 3/4 of F(2x2)'s multiplies (where they tie, F(2x2) wins); else 2."""
@@ -90,6 +102,8 @@ def winograd_tile(workload) -> int:
         return 0
     step = 4 if (i <= WINOGRAD_F4_MAX_CHANNELS and blocks(oh, 4) * blocks(ow, 4) >= 4
                  and 4 * _products(oh, ow, 4) <= 3 * _products(oh, ow, 2)) else 2
+    if _products(oh, ow, step) > WINOGRAD_MAX_SHARE * oh * ow * 9:
+        return 0
     return step if _products(oh, ow, step) * i * np.dtype(workload.dtypes[0]).itemsize <= WINOGRAD_TILE_BYTES else 0
 
 
