@@ -186,6 +186,7 @@ def packed_channels(workload: Workload, target) -> int:
     known = [d if isinstance(d, int) else None for d in (channels, width)]
     return default_tiles(*known, lanes, register_budget(lanes))[0]
 
+
 def rows_first_default(workload: Workload) -> bool:
     """``rows_first``'s default: 1 where the weight has fewer elements than
     one image of the input. The threads then split an image's rows, not its

@@ -132,13 +132,13 @@ def unroll_map(sch, r: ConvRoles, t: Tiles) -> None:
 
 
 def task_order(sch, cfg: Config, n, blocks, rows) -> tuple:
-    """The task loops (image, channel blocks, row blocks) in the order of
-    ``rows_first``: 1 puts the row blocks before the channel blocks, so the
-    threads split an image's rows (default ``rows_first_default``)."""
-    if cfg.define_knob("rows_first", (0, 1), default=int(rows_first_default(cfg.workload))):
-        sch.reorder(rows, blocks)
-        return n, rows, blocks
-    return n, blocks, rows
+    """The task loops (image, channel blocks, row blocks), reordered as
+    ``rows_first`` says: 1 puts the row blocks before the channel blocks, so
+    the threads split an image's rows (default ``rows_first_default``)."""
+    rows_first = cfg.define_knob("rows_first", (0, 1), default=int(rows_first_default(cfg.workload)))
+    order = (rows, blocks) if rows_first else (blocks, rows)
+    sch.reorder(*order)
+    return (n, *order)
 
 
 def run_tasks(sch, r: ConvRoles, loops: tuple, par: int):

@@ -59,9 +59,10 @@ def schedule_depthwise_packed(sch, block, cfg: Config) -> NotApplicable | None:
 def row_tiles(sch, block, loops, tile: int, par: int) -> None:
     """A windowed reduction over channel blocks (``loops``: image, block, row,
     column, lane, window row, window column) as tasks of one output row of
-    one block, in (image, row, block) order, its columns in tiles of ``tile`` kept in registers while the window's
-    taps are read (vectorized over the lanes; the taps and the tile's
-    columns unrolled), each tile written back after its taps."""
+    one block, in (image, row, block) order, its columns in tiles of
+    ``tile`` kept in registers while the window's taps are read (vectorized
+    over the lanes; the taps and the tile's columns unrolled), each tile
+    written back after its taps."""
     n, b, y, x, lane, rh, rw = loops
     xo, xi = sch.split(x, [None, tile])
     sch.reorder(n, y, b, xo, rh, rw, xi, lane)

@@ -28,14 +28,14 @@ written along the task's whole row.
               threads split an image's rows, 0 for (image, channel blocks,
               row): each thread then reads half the weight. Default: 1 where
               the weight has fewer elements than an image of the input, as
-              for the float convolution (``conv2d_defaults.rows_first_default``).
+              for the float convolution (``conv2d_steps.task_order``).
 """
 from __future__ import annotations
 
 from ..config import Config
 from ..dispatch import NOT_APPLICABLE, NotApplicable, register_template
 from ..util import const_int, divisors, find_block
-from .conv2d_defaults import rows_first_default
+from .conv2d_steps import task_order
 from .int8 import dot_instruction, dot_steps
 from .int8_intrin import local
 
@@ -79,10 +79,8 @@ def schedule_conv2d_int8(sch, block, cfg: Config) -> NotApplicable | None:
     b, y, z, p, j, ky, kx, c4, r = sch.get_loops(acc)
     zo, zi = sch.split(z, [None, tile_w])
     po, pi = sch.split(p, [None, tile_p])
-    tasks = (b, y, po) if cfg.define_knob("rows_first", (0, 1), default=int(rows_first_default(workload))) \
-        else (b, po, y)
-    sch.reorder(*tasks, zo, ky, kx, c4, zi, pi, j, r)
-    task = sch.fuse(*tasks)  # a whole output row per task
+    sch.reorder(b, y, po, zo, ky, kx, c4, zi, pi, j, r)
+    task = sch.fuse(*task_order(sch, cfg, b, po, y))  # a whole output row per task
     if par:
         sch.parallel(task)
     intrinsic = dot_instruction(cfg.target, workload, bn)
