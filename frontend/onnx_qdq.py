@@ -6,7 +6,8 @@ A ``Conv``, ``MatMul`` or ``Gemm`` fuses when its input is
 (the same on both), its weight ``DequantizeLinear`` of an int8 initializer
 with zero point 0 (one scale, or one per output channel), and its bias (if
 any) a float initializer or ``DequantizeLinear`` of an int32 one; a ``Conv``
-must be 2-D, of one group and dilation 1; a ``Gemm`` plain (``alpha`` =
+must be 2-D, of one group or depthwise (a group per channel, one output
+each), and of dilation 1; a ``Gemm`` plain (``alpha`` =
 ``beta`` = 1, no ``transA``). Every other one stays on the dequantized float
 path, computing what the file says, and the report says why. A ``MatMul``
 whose second operand is an activation quantized the same way (attention's
@@ -28,6 +29,12 @@ SCALE_INPUTS = {"QuantizeLinear": (1, 2), "DequantizeLinear": (1, 2), "QLinearCo
                 "QLinearMatMul": (1, 2, 4, 5, 6, 7), "QGemm": (1, 2, 4, 5, 7, 8), "QLinearAdd": (1, 2, 4, 5, 6, 7),
                 "QLinearMul": (1, 2, 4, 5, 6, 7), "QLinearGlobalAveragePool": (1, 2, 3, 4),
                 "QLinearSoftmax": (1, 2, 3, 4), "QLinearSigmoid": (1, 2, 3, 4), "QLinearLeakyRelu": (1, 2, 3, 4)}
+
+
+def depthwise_weight(w_shape, group: int) -> bool:
+    """Whether a ``Conv`` of ``group`` groups by a weight of ``w_shape`` is one kiln
+    runs in int8: of one group, or depthwise (a group per channel, one output each)."""
+    return group == 1 or (len(w_shape) == 4 and w_shape[0] == group and w_shape[1] == 1)
 
 
 def scale_inputs(nodes) -> set:
@@ -124,9 +131,9 @@ def fuse_qdq(nodes, arrays: dict, outputs, dot: bool = True) -> tuple[list, dict
             continue
         attrs = {a.name: helper.get_attribute_value(a) for a in node.attribute}
         why = None if dot else NO_VNNI
-        if node.op_type == "Conv" and (attrs.get("group", 1) != 1 or any(d != 1 for d in attrs.get("dilations", []))
+        if node.op_type == "Conv" and (any(d != 1 for d in attrs.get("dilations", []))
                                        or len(arrays.get(node.input[1], np.zeros((1, 1, 1, 1))).shape) != 4):
-            why = "a grouped, dilated or non-2-D convolution"
+            why = "a dilated or non-2-D convolution"
         if node.op_type == "Gemm" and (attrs.get("alpha", 1.0) != 1.0 or attrs.get("beta", 1.0) != 1.0
                                        or attrs.get("transA", 0)):
             why = "a Gemm with alpha, beta or transA"
@@ -136,6 +143,9 @@ def fuse_qdq(nodes, arrays: dict, outputs, dot: bool = True) -> tuple[list, dict
             continue
         axis = 0 if node.op_type == "Conv" or (node.op_type == "Gemm" and attrs.get("transB", 0)) else 1
         weight = act if isinstance(act, str) else _weight(graph, node.input[1], axis)
+        if node.op_type == "Conv" and not isinstance(weight, str) and not depthwise_weight(
+                graph.const(weight[0]).shape, attrs.get("group", 1)):
+            weight = "a grouped convolution of more than one channel per group"
         bias = weight if isinstance(weight, str) else _bias(graph, node, 2) if node.op_type != "MatMul" else None
         reason = next((v for v in (act, weight, bias) if isinstance(v, str)), None)
         if reason is not None:

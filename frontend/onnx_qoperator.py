@@ -5,10 +5,10 @@ with ``QuantFormat.QOperator``, and ``quantize_dynamic`` with the last three).
 
 A ``QLinearConv`` or ``QLinearMatMul`` whose input is uint8 and whose weight
 is an int8 initializer with zero point 0 (one scale, or one per output
-channel; a ``QLinearConv`` 2-D, of one group, dilation 1, padded alike on
-both sides, its bias an int32 initializer) runs as kiln's int8 kernels on
-the codes as they come: ``conv2d_int8`` (which takes uint8 codes) or
-``dense_int8``, then ``quantize`` to the output's scale and zero point (in
+channel; a ``QLinearConv`` 2-D, of one group or depthwise, dilation 1,
+padded alike on both sides, its bias an int32 initializer) runs as kiln's
+int8 kernels on the codes as they come: ``conv2d_int8`` or
+``depthwise_conv2d_int8`` (which take uint8 codes) or ``dense_int8``, then ``quantize`` to the output's scale and zero point (in
 the kernel's write-back once exported). A ``QLinearMatMul`` of two uint8
 activations with one scale each (attention's products) runs as
 ``matmul_int8``. ``fuse_qoperator`` decides, before
@@ -28,12 +28,11 @@ import numpy as np
 
 from ..te import call
 from ..te.quantize import pack_int8_weight
-from ..te.quantize_conv import pack_conv_int8_weight
 from ..nn.quantized_ops import PANEL, offset
 from . import ops
 from .onnx_nn import _conv_geometry
-from .onnx_qdq import NO_VNNI
-from .onnx_quant import _fused, _scalar, activation_product
+from .onnx_qdq import NO_VNNI, depthwise_weight
+from .onnx_quant import _fused, _scalar, activation_product, conv_int8
 from .onnx_table import converter
 from .values import is_kiln, kiln_dtype, known, materialize, shape_of
 
@@ -72,9 +71,10 @@ def int8_reason(node, arrays: dict, dot: bool) -> str | None:
         return "a QGemm with transA or alpha"
     if node.op_type == "QLinearConv":
         pads = list(attrs.get("pads", [0] * 4))
-        if w.ndim != 4 or attrs.get("group", 1) != 1 or any(d != 1 for d in attrs.get("dilations", [])) \
+        if w.ndim != 4 or not depthwise_weight(w.shape, attrs.get("group", 1)) \
+                or any(d != 1 for d in attrs.get("dilations", [])) \
                 or attrs.get("auto_pad", "NOTSET") != "NOTSET" or pads[:2] != pads[2:]:
-            return "a grouped, dilated, non-2-D or unevenly padded convolution"
+            return "a grouped (other than depthwise), dilated, non-2-D or unevenly padded convolution"
     elif w.ndim != 2:
         return "its second operand is not a matrix"
     has_bias = len(node.input) > 8 if node.op_type == "QLinearConv" else node.op_type == "QGemm" and \
@@ -151,9 +151,7 @@ def qlinear_conv_int8(node, x, x_scale, x_zp, w, w_scale, w_zp, y_scale, y_zp, b
     strides, _, (top, left, _, _) = _conv_geometry(node, x.shape, wq.shape[2:])
     step = _step(x_scale, w_scale, wq.shape[0])
     shift = offset(step, int(x_zp), wq, (1, 2, 3), None if bias is None else np.asarray(bias, np.float64) * step)
-    y = call("conv2d_int8", x, materialize(pack_conv_int8_weight(wq, PANEL), "QLinearConv"),
-             materialize(step.astype(np.float32), "QLinearConv"), materialize(shift, "QLinearConv"),
-             in_scale=float(x_scale), in_zero_point=int(x_zp), stride=tuple(strides), padding=(top, left))
+    y = conv_int8(node, x, wq, step, shift, float(x_scale), int(x_zp), strides, (top, left))
     return requantized(node, y, y_scale, y_zp)
 
 

@@ -10,7 +10,8 @@ model imports and computes what the file says. Before the nodes become steps,
 ``DequantizeLinear(QuantizeLinear(x))`` and an int8 weight initializer
 through ``DequantizeLinear`` (zero point 0), with a bias that is a float
 initializer or ``DequantizeLinear`` of an int32 one, and replaces it by one
-node that runs ``conv2d_int8`` (or ``quantize`` then ``dense_int8``) on the
+node that runs ``conv2d_int8`` (``depthwise_conv2d_int8`` for a depthwise
+``Conv``; or ``quantize`` then ``dense_int8``) on the
 float ``x`` with the file's scales, zero point and int8 weights. A ``MatMul``
 of two such activations (attention's ``Q @ K^T`` and ``P @ V``) runs as
 ``quantize`` of each, then ``matmul_int8``. The
@@ -25,6 +26,7 @@ import numpy as np
 from ..te import call
 from ..te.quantize import pack_int8_weight
 from ..te.quantize_conv import pack_conv_int8_weight
+from ..te.quantize_depthwise import pack_depthwise_int8_weight
 from ..nn.quantized_ops import PANEL, offset
 from . import ops
 from .onnx_nn import _conv_geometry
@@ -79,6 +81,22 @@ def _fused(op_type: str):
     return register
 
 
+def conv_int8(node, x, wq: np.ndarray, step: np.ndarray, shift: np.ndarray, x_scale: float, x_zp: int, strides,
+              padding):
+    """The int8 convolution of ``x`` by the OIHW int8 ``wq`` (``node`` a
+    ``Conv`` of one group, or depthwise: ``group`` = its channels, one output
+    each): ``conv2d_int8`` or ``depthwise_conv2d_int8``, per output channel
+    ``step`` and ``shift`` (``nn.quantized_ops.offset``)."""
+    window = dict(in_scale=x_scale, in_zero_point=x_zp, stride=tuple(strides), padding=tuple(padding))
+    if int(node.attr("group", 1)) > 1:
+        op, packed, window = "depthwise_conv2d_int8", pack_depthwise_int8_weight(wq, PANEL), \
+            dict(window, channels=wq.shape[0])
+    else:
+        op, packed = "conv2d_int8", pack_conv_int8_weight(wq, PANEL)
+    return call(op, x, materialize(packed, node.op_type), materialize(step.astype(np.float32), node.op_type),
+                materialize(shift, node.op_type), **window)
+
+
 @_fused("QDQConv")
 def qdq_conv(node, x, wq, w_scale, bias=None):
     wq, kernel = np.asarray(wq), tuple(np.asarray(wq).shape[2:])
@@ -91,9 +109,7 @@ def qdq_conv(node, x, wq, w_scale, bias=None):
     x_scale, x_zp = float(node.attr("x_scale")), int(node.attr("x_zero_point"))
     step = x_scale * np.broadcast_to(np.asarray(w_scale, np.float64).reshape(-1), (wq.shape[0],))
     shift = offset(step, x_zp, wq, (1, 2, 3), bias)
-    return call("conv2d_int8", x, materialize(pack_conv_int8_weight(wq, PANEL), "QDQConv"),
-                materialize(step.astype(np.float32), "QDQConv"), materialize(shift, "QDQConv"),
-                in_scale=x_scale, in_zero_point=x_zp, stride=tuple(strides), padding=(top, left))
+    return conv_int8(node, x, wq, step, shift, x_scale, x_zp, strides, (top, left))
 
 
 def activation_product(node, a, b, a_scale: float, a_zp: int, b_scale: float, b_zp: int):

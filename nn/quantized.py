@@ -206,7 +206,7 @@ def quantize(model: Module, calibration, per_channel: bool = True, observer: str
         want, got = float_output(w, site.bias, site.window, x), product.reference(x)
         error = float(np.linalg.norm(got - want) / max(np.linalg.norm(want), 1e-30))
         scales = product.weight_scale
-        report.append(LayerReport(site.name, "int8", SEVEN_BITS if bits == 7 else "", qscale, zero,
+        report.append(LayerReport(site.name, "int8", SEVEN_BITS if product.weight_bits == 7 else "", qscale, zero,
                                   (float(scales.min()), float(scales.max())), error))
         products.append((site.weight, site.transposed, product))
     report += [LayerReport(name, "float", why) for name, why in floats]

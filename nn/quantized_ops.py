@@ -1,9 +1,9 @@
 """The ops ``kiln.quantize`` rewrites, and what each becomes: the products
 with a weight parameter it finds (``find``: ``dense``, a 2-D ``matmul`` with
-a weight as ``b``, an NCHW ``conv2d`` of one group), which values are weight
+a weight as ``b``, an NCHW ``conv2d`` of one group or depthwise), which values are weight
 parameters (``Weights``), and their int8 replacements (``QuantizedDense``:
-``quantize`` then ``dense_int8``; ``QuantizedConv``: ``conv2d_int8``, which
-quantizes its input itself).
+``quantize`` then ``dense_int8``; ``QuantizedConv``: ``conv2d_int8`` or
+``depthwise_conv2d_int8``, which quantize their input themselves).
 
 Weights are int8, symmetric (zero point 0, -127..127) per output channel or
 per tensor; inputs uint8 with the scale and zero point an observer chose.
@@ -21,6 +21,7 @@ from ..errors import KilnError
 from ..te import call, get_op
 from ..te.quantize import pack_int8_weight
 from ..te.quantize_conv import pack_conv_int8_weight
+from ..te.quantize_depthwise import pack_depthwise_int8_weight
 from ..te.registry import intercept
 from .module import Parameter
 from .tensor import Tensor
@@ -32,7 +33,7 @@ PANEL = 16
 class Found(NamedTuple):
     """A product ``find`` can quantize: the weight value it reads, its input,
     its bias (dense), whether it reads the weight transposed, and a conv's
-    ``stride`` and ``padding`` (None for a dense product)."""
+    ``stride``, ``padding`` and ``groups`` (None for a dense product)."""
 
     weight: object
     x: object
@@ -55,16 +56,24 @@ def find(op, inputs, attrs) -> Found | None:
             parsed = op.parse_attrs(attrs)
         except KilnError:
             return None  # the op refuses them itself
-        if parsed["layout"] != "NCHW" or parsed["groups"] != 1 or tuple(parsed["dilation"]) != (1, 1):
-            return None
         (x, w), b, transposed = inputs, None, False
-        window = {"stride": tuple(parsed["stride"]), "padding": tuple(parsed["padding"])}
+        if parsed["layout"] != "NCHW" or tuple(parsed["dilation"]) != (1, 1) or not (
+                parsed["groups"] == 1 or depthwise(x.shape, w.shape, parsed["groups"])):
+            return None
+        window = {"stride": tuple(parsed["stride"]), "padding": tuple(parsed["padding"]), "groups": parsed["groups"]}
     else:
         return None
     rank = 2 if window is None else 4
     if len(x.shape) != rank or len(w.shape) != rank or str(x.dtype) != "float32" or str(w.dtype) != "float32":
         return None
     return Found(w, x, b, transposed, window)
+
+
+def depthwise(x_shape, w_shape, groups: int) -> bool:
+    """Whether a conv2d of NCHW ``x_shape`` by OIHW ``w_shape`` in ``groups``
+    is depthwise: a group per input channel, one output channel each."""
+    return len(x_shape) == 4 and len(w_shape) == 4 and groups > 1 and groups == x_shape[1] == w_shape[0] \
+        and w_shape[1] == 1
 
 
 def unsupported(op, inputs, attrs) -> str | None:
@@ -80,7 +89,7 @@ def unsupported(op, inputs, attrs) -> str | None:
         except KilnError:
             return None
         if parsed["groups"] != 1:
-            return "a grouped or depthwise convolution (no int8 kernel for it)"
+            return "a grouped convolution of more than one channel per group (no int8 kernel for it)"
         if tuple(parsed["dilation"]) != (1, 1):
             return "a dilated convolution (no int8 kernel for it)"
         return "an NHWC convolution (conv2d_int8 is NCHW)"
@@ -157,30 +166,42 @@ class QuantizedDense:
 
 
 class QuantizedConv:
-    """An OIHW convolution in int8 (``conv2d_int8``: the input quantized
-    inside the op); per output channel ``scale`` and ``offset``."""
+    """An OIHW convolution in int8 (``conv2d_int8``, or ``depthwise_conv2d_int8``
+    where ``window`` has a group per channel: the input quantized inside the
+    op); per output channel ``scale`` and ``offset``. A depthwise weight
+    keeps 8 bits: its taps are not summed in pairs of bytes (``weight_bits``
+    is AVX2's ``vpmaddubsw``'s)."""
 
     def __init__(self, weight: np.ndarray, in_scale: float, in_zero_point: int, per_channel: bool, window: dict,
                  weight_bits: int = 8):
         w = np.asarray(weight, np.float64)
-        self.in_scale, self.in_zero_point, self.window = float(in_scale), int(in_zero_point), dict(window)
-        self.weight_bits = weight_bits
-        wq, self.weight_scale = _int8(w, (1, 2, 3), per_channel, weight_bits)
+        self.in_scale, self.in_zero_point = float(in_scale), int(in_zero_point)
+        self.window = {"stride": tuple(window["stride"]), "padding": tuple(window["padding"])}
+        self.channels = w.shape[0] if window.get("groups", 1) > 1 else None
+        self.weight_bits = 8 if self.channels else weight_bits
+        wq, self.weight_scale = _int8(w, (1, 2, 3), per_channel, self.weight_bits)
         step = self.in_scale * self.weight_scale
-        self.weight = Tensor(pack_conv_int8_weight(wq, PANEL))
+        packed = pack_depthwise_int8_weight(wq, PANEL) if self.channels else pack_conv_int8_weight(wq, PANEL)
+        self.weight = Tensor(packed)
         self.scale = Tensor(step.astype(np.float32))
         self.offset = Tensor(offset(step, self.in_zero_point, wq, (1, 2, 3)))
 
+    def _op_attrs(self, relu: bool) -> tuple:
+        """The int8 op and its attributes."""
+        attrs = dict(in_scale=self.in_scale, in_zero_point=self.in_zero_point, relu=relu, **self.window)
+        if self.channels:
+            return "depthwise_conv2d_int8", dict(attrs, channels=self.channels)
+        return "conv2d_int8", dict(attrs, weight_bits=self.weight_bits)
+
     def __call__(self, x, relu: bool = False):
-        return call("conv2d_int8", x, self.weight, self.scale, self.offset, in_scale=self.in_scale,
-                    in_zero_point=self.in_zero_point, relu=relu, weight_bits=self.weight_bits, **self.window)
+        op, attrs = self._op_attrs(relu)
+        return call(op, x, self.weight, self.scale, self.offset, **attrs)
 
     def reference(self, x: np.ndarray) -> np.ndarray:
-        """What ``conv2d_int8`` computes on ``x`` (its numpy reference: no kernel is built)."""
-        return get_op("conv2d_int8").reference(x, self.weight.numpy(), self.scale.numpy(), self.offset.numpy(),
-                                               in_scale=self.in_scale, in_zero_point=self.in_zero_point, relu=False,
-                                               in_block=0, out_block=False, weight_bits=self.weight_bits,
-                                               **self.window)
+        """What the int8 op computes on ``x`` (its numpy reference: no kernel is built)."""
+        op, attrs = self._op_attrs(False)
+        return get_op(op).reference(x, self.weight.numpy(), self.scale.numpy(), self.offset.numpy(), in_block=0,
+                                    out_block=False, **attrs)
 
 
 def quantized(weight: np.ndarray, bias, window, in_scale: float, in_zero_point: int, per_channel: bool,
@@ -197,4 +218,4 @@ def float_output(weight: np.ndarray, bias, window, x: np.ndarray) -> np.ndarray:
     if window is None:
         return x.astype(np.float64) @ weight + (0.0 if bias is None else bias)
     return get_op("conv2d").reference(x.astype(np.float64), weight.astype(np.float64), layout="NCHW",
-                                      dilation=(1, 1), groups=1, **window)
+                                      dilation=(1, 1), **window)

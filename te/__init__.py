@@ -36,7 +36,7 @@ if _ir.Op.get("tirx.nearbyint").get_attr("TVectorizable") is None:
     _ir.register_op_attr("tirx.nearbyint", "TVectorizable", True)
 
 # Importing the op families registers their ops.
-from . import activations, attention, conv, conv_grad, conv_packed, depthwise, dynamic, elementwise, gather, indexing, layer_norm, layout, logic, lrn, matmul, norm, optim, pad, pool, pool_grad, quantize, quantize_conv, quantize_matmul, recurrent, reduction, resize, scalar_ops, scan, shape_ops, softmax, winograd  # noqa: E402,F401
+from . import activations, attention, conv, conv_grad, conv_packed, depthwise, dynamic, elementwise, gather, indexing, layer_norm, layout, logic, lrn, matmul, norm, optim, pad, pool, pool_grad, quantize, quantize_conv, quantize_depthwise, quantize_matmul, recurrent, reduction, resize, scalar_ops, scan, shape_ops, softmax, winograd  # noqa: E402,F401
 from .oprefs import check_op_refs  # noqa: E402
 
 check_op_refs()  # every op is registered now: a misspelled op_ref in an op module fails here

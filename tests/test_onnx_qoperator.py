@@ -23,18 +23,20 @@ VNNI, AVX2 = cpu("znver4"), cpu("znver3")
 
 
 class _Net(torch.nn.Module):
-    """Convolutions, a residual add, a global average pool and a linear head:
+    """Convolutions (one depthwise), a residual add, a global average pool and a linear head:
     ``QLinearConv``, ``QLinearAdd``, ``QLinearGlobalAveragePool`` and ``QGemm``."""
 
     def __init__(self):
         super().__init__()
         self.a = torch.nn.Conv2d(3, 16, 3, padding=1)
         self.b = torch.nn.Conv2d(16, 16, 3, padding=1)
+        self.depthwise = torch.nn.Conv2d(16, 16, 3, padding=1, groups=16)
         self.fc = torch.nn.Linear(16, 10)
 
     def forward(self, x):
         h = torch.relu(self.a(x))
         h = torch.relu(self.b(h) + h)
+        h = torch.relu(self.depthwise(h))
         return self.fc(torch.nn.functional.adaptive_avg_pool2d(h, 1).flatten(1))
 
 
@@ -68,7 +70,7 @@ def qoperator(tmp_path_factory):
 def test_a_qoperator_model_imports_and_gives_onnx_runtimes_output(qoperator, target, kind):
     path, x, want = qoperator
     model = from_onnx(path, target=target)
-    assert [(op, k) for _, op, k, _ in model.qdq] == [("QLinearConv", kind), ("QLinearConv", kind), ("QGemm", kind)]
+    assert [(op, k) for _, op, k, _ in model.qdq] == [("QLinearConv", kind)] * 3 + [("QGemm", kind)]
     assert kind == "int8" or all("no AVX-512 VNNI" in why for *_, why in model.qdq)
     # ONNX Runtime's integer arithmetic and kiln's give the same codes here; a code apart at most on any input
     step = np.abs(want).max() / 64

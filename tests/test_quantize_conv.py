@@ -1,7 +1,8 @@
 """int8 convolutions: ``conv2d_int8`` runs on ``vpdpbusd`` where the target
 has AVX-512 VNNI (read in the generated code, built for such a CPU whatever
 the host), serves a symbolic batch, and ``kiln.quantize`` turns a CNN's
-convolutions into it: reported, exported, close to the float model."""
+convolutions into it (and a depthwise one into ``depthwise_conv2d_int8``):
+reported, exported, close to the float model."""
 import re
 
 import numpy as np
@@ -88,13 +89,50 @@ def test_a_cnns_convolutions_quantize_export_and_stay_close_to_float(tmp_path):
     assert (body.attrs["in_block"], body.attrs["out_block"]) == (16, False)
 
 
-def test_a_depthwise_convolution_stays_float_and_the_report_says_why():
+class _InvertedResidual(nn.Module):
+    """MobileNetV2's block: 1x1 expansion, ReLU6, 3x3 depthwise, ReLU6, 1x1 projection, the shortcut added."""
+
+    def __init__(self, c: int, expand: int):
+        self.expand, self.project = nn.Conv(c, c * expand, 1), nn.Conv(c * expand, c, 1)
+        self.depthwise = nn.Conv(c * expand, c * expand, 3, groups=c * expand)
+
+    def forward(self, x):
+        h = nn.functional.relu6(self.expand(x))
+        return self.project(nn.functional.relu6(self.depthwise(h))) + x
+
+
+def test_an_inverted_residual_blocks_depthwise_convolution_runs_in_int8_between_codes(tmp_path):
     nn.init.manual_seed(2)
-    model = nn.Sequential(nn.Conv(8, 8, 3, groups=8), nn.ReLU(), nn.Conv(8, 16, 1)).eval()
+    model, rng = nn.Sequential(nn.Conv(3, 8, 3), _InvertedResidual(8, 6)).eval(), np.random.default_rng(3)
+    calibration = [rng.standard_normal((4, 3, 10, 10)).astype(np.float32) for _ in range(2)]
+    quantized = kiln.quantize(model, calibration, target=VNNI)
+    assert {r.name: r.kind for r in quantized.report} == {"0": "int8", "1.expand": "int8", "1.depthwise": "int8",
+                                                          "1.project": "int8"}
+    assert all(r.error < 0.03 and not r.why for r in quantized.report)  # the depthwise weight keeps 8 bits
+    x = rng.standard_normal((3, 3, 10, 10)).astype(np.float32)
+    eager, floats = quantized(kiln.Tensor(x)).numpy(), model(kiln.Tensor(x)).numpy()
+    assert eager.ravel() @ floats.ravel() / np.linalg.norm(eager) / np.linalg.norm(floats) > 0.995
+    # exported, the expansion hands the depthwise layer uint8 codes in its channel blocks, read in place, and
+    # it hands the projection codes in turn (graph.layout, graph.requantize)
+    graph = optimize(trace(quantized, x[:1]), kiln.cpu())
+    dw = next(n for n in graph.nodes if n.op.name == "depthwise_conv2d_int8")
+    expand = next(n for n in graph.nodes if n.outputs[0] is dw.inputs[0])
+    assert expand.op.name == "conv2d_int8" and dw.inputs[0].dtype == "uint8" and dw.outputs[0].dtype == "uint8"
+    assert dw.attrs["in_block"] == dw.inputs[1].shape[4] and dw.attrs["out_block"]
+    predictor = Predictor(kiln.export(quantized, x[:1], tmp_path / "block.so"))
+    got = predictor(x)
+    # the codes the stem hands on are those the expansion computed itself; the shortcut adds them back, with
+    # their rounding and their clamp to the calibrated range (as in graph.requantize's tests)
+    assert got.ravel() @ eager.ravel() / np.linalg.norm(got) / np.linalg.norm(eager) > 0.999
+
+
+def test_a_grouped_convolution_stays_float_and_the_report_says_why():
+    nn.init.manual_seed(2)
+    model = nn.Sequential(nn.Conv(8, 8, 3, groups=2), nn.ReLU(), nn.Conv(8, 16, 1)).eval()
     x = np.random.default_rng(3).standard_normal((2, 8, 6, 6)).astype(np.float32)
     quantized = kiln.quantize(model, x, target=VNNI)
     assert [(r.name, r.kind) for r in quantized.report] == [("2", "int8"), ("0", "float")]
-    assert "depthwise" in quantized.report[1].why
+    assert "more than one channel per group" in quantized.report[1].why
     want, got = model(kiln.Tensor(x)).numpy(), quantized(kiln.Tensor(x)).numpy()
     assert got.ravel() @ want.ravel() / np.linalg.norm(got) / np.linalg.norm(want) > 0.995
 

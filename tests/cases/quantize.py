@@ -12,6 +12,7 @@ from helpers import Case
 from kiln.te.quantize import pack_int8_weight
 from kiln.te.layout import blocked_array
 from kiln.te.quantize_conv import pack_conv_int8_weight
+from kiln.te.quantize_depthwise import pack_depthwise_int8_weight
 
 
 def _floats_and_ties(rng, shapes, dtypes):
@@ -59,6 +60,26 @@ def _conv_case(x, k, kernel, bn=16, x_dtype="float32", **attrs):
     return Case("conv2d_int8", shapes, [x_dtype, "int8", "float32", "float32"], attrs=attrs, make=_conv, grad=False)
 
 
+def _depthwise(rng, shapes, dtypes):
+    x, (blocks, _, kh, kw, oc), (c,), _ = shapes
+    w = pack_depthwise_int8_weight(rng.integers(-127, 128, (c, 1, kh, kw)).astype(np.int8), oc)
+    data = rng.standard_normal((x[0], c, x[-3 if len(x) == 5 else 2], x[-2 if len(x) == 5 else 3]))
+    data = data.astype(np.float32) if dtypes[0] == "float32" else rng.integers(0, 256, data.shape).astype(np.uint8)
+    return [data if len(x) == 4 else blocked_array(data, x[4]), w, (rng.random(c) * 1e-3).astype(np.float32),
+            rng.standard_normal(c).astype(np.float32)]
+
+
+def _depthwise_case(x, kernel, oc=16, x_dtype="float32", **attrs):
+    """``x`` NCHW; with ``in_block`` the case's input is its (N, ceil(C / in_block), H, W, in_block) blocks."""
+    c = x[1]
+    shapes = [x, (-(-c // oc), 1, kernel, kernel, oc), (c,), (c,)]
+    if attrs.get("in_block"):
+        shapes[0] = (x[0], -(-c // attrs["in_block"]), x[2], x[3], attrs["in_block"])
+    attrs = {"channels": c, "in_scale": 0.02, "in_zero_point": 131, **attrs}
+    return Case("depthwise_conv2d_int8", shapes, [x_dtype, "int8", "float32", "float32"], attrs=attrs,
+                make=_depthwise, grad=False)
+
+
 def _matmul_int8(m, k, n, batch=(), **attrs):
     shapes = [(*batch, m, k), (*batch, k, n)]
     return Case("matmul_int8", shapes, ["uint8", "uint8"], attrs={"scale": 0.003, **attrs}, make=_all_codes, grad=False)
@@ -102,6 +123,13 @@ CASES = [
     # a padded 3x3 still lays them out first
     _conv_case((2, 20, 7, 7), 24, 1, x_dtype="uint8", stride=(2, 2), in_block=16),
     _conv_case((1, 16, 6, 6), 16, 3, x_dtype="uint8", padding=(1, 1), in_block=16, out_block=True),
+    # depthwise: NCHW in and out, C past a block; blocked float in, blocked out, stride 2; uint8 codes in the
+    # weight's blocks read in place (padded by condition, and unpadded), and in other blocks (laid out first)
+    _depthwise_case((2, 20, 9, 9), 3, padding=(1, 1), relu=True),
+    _depthwise_case((1, 32, 10, 10), 3, stride=(2, 2), padding=(1, 1), in_block=16, out_block=True),
+    _depthwise_case((1, 24, 8, 8), 3, x_dtype="uint8", padding=(1, 1), in_block=16, out_block=True, relu=True),
+    _depthwise_case((2, 16, 7, 7), 3, x_dtype="uint8", in_block=16, out_block=True),
+    _depthwise_case((1, 16, 9, 9), 5, x_dtype="uint8", stride=(2, 2), padding=(2, 2), in_block=8),
     Case("dequantize_add", [(2, 3, 5, 4), (2, 3, 5, 4)], ["float32", "uint8"], attrs={"scale": 0.05, "zero_point": 3},
          make=_residual, grad=False),
     Case("dequantize_add", [(7, 33), (7, 33)], ["float32", "int8"],
