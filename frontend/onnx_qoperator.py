@@ -70,10 +70,11 @@ def int8_reason(node, arrays: dict, dot: bool) -> str | None:
     if node.op_type == "QGemm" and (attrs.get("transA", 0) or attrs.get("alpha", 1.0) != 1.0):
         return "a QGemm with transA or alpha"
     if node.op_type == "QLinearConv":
-        pads = list(attrs.get("pads", [0] * 4))
+        pads, auto_pad = list(attrs.get("pads", [0] * 4)), attrs.get("auto_pad", "NOTSET")
+        auto_pad = auto_pad.decode() if isinstance(auto_pad, bytes) else auto_pad  # a file's strings are bytes
         if w.ndim != 4 or not depthwise_weight(w.shape, attrs.get("group", 1)) \
                 or any(d != 1 for d in attrs.get("dilations", [])) \
-                or attrs.get("auto_pad", "NOTSET") != "NOTSET" or pads[:2] != pads[2:]:
+                or auto_pad != "NOTSET" or pads[:2] != pads[2:]:
             return "a grouped (other than depthwise), dilated, non-2-D or unevenly padded convolution"
     elif w.ndim != 2:
         return "its second operand is not a matrix"

@@ -9,7 +9,7 @@ export computes the same. (ONNX's own node tests of ``QLinearConv``,
 import numpy as np
 import pytest
 
-pytest.importorskip("onnx", reason="QOperator models are ONNX files")
+onnx = pytest.importorskip("onnx", reason="QOperator models are ONNX files")
 ort = pytest.importorskip("onnxruntime", reason="ONNX Runtime writes the QOperator model and is the oracle")
 torch = pytest.importorskip("torch", reason="the float model is written by torch.onnx.export")
 
@@ -103,3 +103,16 @@ def test_a_qlinear_op_with_computed_scales_refuses_to_export(tmp_path):
     np.testing.assert_array_equal(model(x, np.array([0.1, 0.25, 0.2], np.float32)).numpy(), want)
     with pytest.raises(FrontendError, match="computed from the data"):
         kiln.export(model, (x, np.ones(3, np.float32)), tmp_path / "m.so", dynamic_batch=False)
+
+
+def test_a_qlinear_conv_that_spells_out_auto_pad_notset_runs_in_int8(qoperator, tmp_path):
+    """ONNX Runtime's pre-processing (``quant_pre_process``) writes every
+    convolution's ``auto_pad`` out, a string the file stores as bytes."""
+    path, x, want = qoperator
+    proto = onnx.load(str(path))
+    for node in proto.graph.node:
+        if node.op_type == "QLinearConv":
+            node.attribute.append(onnx.helper.make_attribute("auto_pad", "NOTSET"))
+    model = from_onnx(proto, target=VNNI)
+    assert [k for _, op, k, _ in model.qdq if op == "QLinearConv"] == ["int8"] * 3
+    np.testing.assert_allclose(model(x).numpy(), from_onnx(path, target=VNNI)(x).numpy(), atol=1e-6)
