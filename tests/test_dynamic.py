@@ -32,6 +32,7 @@ REFUSE_SYMBOLIC = {"conv2d", "max_pool2d_grad", "avg_pool2d_grad", "broadcast_to
                    "take_grad", "gather_elements_grad",  # the gradient's shape attr: the static input's
                    "lstm_cell", "lstm_cell_grad",  # the gates' width is 4x the state's: unrelated sizes cannot be
                    "dense_int8", "conv2d_int8",  # a static weight (its blocks of 4 and its panels); a symbolic M runs (test_quantize)
+                   "depthwise_conv2d_int8",  # a static block width and the channels its attr names; a symbolic batch runs
                    "matmul_int8"}  # a static N (B packed in its panels); a symbolic batch, M or K runs (test_quantize_matmul)
 
 

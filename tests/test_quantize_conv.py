@@ -15,6 +15,7 @@ from kiln.runtime import Predictor
 from kiln.runtime.device import cpu
 from kiln.te import get_op, sym
 from kiln.te.quantize_conv import pack_conv_int8_weight
+from kiln.te.quantize_depthwise import pack_depthwise_int8_weight
 
 DTYPES = ["float32", "int8", "float32", "float32"]
 ATTRS = {"in_scale": 0.05, "in_zero_point": 120, "padding": (1, 1)}
@@ -44,6 +45,19 @@ def test_conv2d_int8_serves_a_symbolic_batch():
         args = _args(rng, n, 8, 6, 16)
         want = get_op("conv2d_int8").reference(*args, **get_op("conv2d_int8").parse_attrs(ATTRS))
         np.testing.assert_allclose(kernel(*args), want, rtol=1e-5, atol=1e-3, err_msg=f"batch {n}")
+
+
+def test_depthwise_conv2d_int8_serves_a_symbolic_batch():
+    attrs = {"channels": 20, "in_scale": 0.05, "in_zero_point": 3, "padding": (1, 1), "stride": (2, 2)}
+    kernel = kiln.build("depthwise_conv2d_int8", [(sym("n"), 20, 7, 7), (2, 1, 3, 3, 16), (20,), (20,)], DTYPES,
+                        attrs=attrs)
+    rng, op = np.random.default_rng(4), get_op("depthwise_conv2d_int8")
+    w = pack_depthwise_int8_weight(rng.integers(-127, 128, (20, 1, 3, 3)).astype(np.int8), 16)
+    for n in (1, 3):
+        args = [rng.standard_normal((n, 20, 7, 7)).astype(np.float32), w, (rng.random(20) * 1e-3).astype(np.float32),
+                rng.standard_normal(20).astype(np.float32)]
+        np.testing.assert_allclose(kernel(*args), op.reference(*args, **op.parse_attrs(attrs)), rtol=1e-5, atol=1e-3,
+                                   err_msg=f"batch {n}")
 
 
 @pytest.mark.parametrize("c, hw, k, rows_first", [(16, 14, 16, 1), (64, 4, 128, 0)])

@@ -118,7 +118,8 @@ def test_every_op_of_several_inputs_promotes():
         if op.arity is not None and op.arity < 2 or name in (
                 "masked_select", "masked_scatter", "softmax_cross_entropy", "where",  # mask or labels: not promoted
                 "take", "take_grad", "gather_elements", "gather_elements_grad",  # nor indices
-                "dense_int8", "conv2d_int8", "dequantize_add", "matmul_int8"):  # nor quantized operands: their dtypes are fixed
+                "dense_int8", "conv2d_int8", "depthwise_conv2d_int8", "dequantize_add",
+                "matmul_int8"):  # nor quantized operands: their dtypes are fixed
             continue
         case = FIRST[name]
         dtypes = ["float64"] + ["float32"] * (len(case.shapes) - 1)

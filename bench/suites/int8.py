@@ -1,5 +1,5 @@
 """The int8 suite (``kiln bench --suite models --int8``, or ``--suite int8``):
-the models suite's ResNet-50 and transformers quantized after training.
+the models suite's ResNet-50, MobileNetV2 and transformers quantized after training.
 
 Each model is written to ONNX as in the models suite, imported, exported in
 float, quantized by ``kiln.quantize`` (calibrated on ``CALIBRATION`` batches
@@ -37,7 +37,7 @@ from . import models
 TARGET = 1.0  # kiln's int8 latency at most ONNX Runtime's int8 latency
 SPEEDUP, SPEEDUP_NO_DOT = 2.5, 1.5  # kiln float latency over kiln int8 latency
 CALIBRATION = 4  # batches of 4 inputs
-NAMES = ("ResNet-50", "BERT-base", "GPT-2 small")
+NAMES = ("ResNet-50", "MobileNetV2", "BERT-base", "GPT-2 small")
 QUICK = {"models": ("BERT-base",), "batches": (1,)}
 
 
