@@ -252,3 +252,22 @@ def test_a_gradient_reading_a_value_its_op_did_not_keep_is_a_grad_error(monkeypa
     b = kiln.Tensor(np.full((2, 3), 2.0, "float32"), requires_grad=True)
     with pytest.raises(GradError, match="op 'multiply'.*grad_inputs/grad_output"):
         (a * b).sum().backward()
+
+
+def test_a_deep_copied_module_owns_copies_of_its_parameters_and_their_gradients():
+    import copy
+
+    from kiln.errors import GradError
+    nn.init.manual_seed(0)
+    model = nn.Linear(4, 3)
+    x = kiln.Tensor(np.ones((2, 4), np.float32), requires_grad=True)
+    model(x).sum().backward()
+    twin = copy.deepcopy(model)
+    assert type(twin.weight) is type(model.weight) and twin.weight is not model.weight
+    assert twin.weight.requires_grad and np.array_equal(twin.weight.grad.numpy(), model.weight.grad.numpy())
+    before = model.weight.numpy()
+    nn.optim.SGD(twin.parameters(), lr=1.0).step()  # in place, on the copy's own memory
+    assert np.array_equal(model.weight.numpy(), before)
+    np.testing.assert_allclose(twin.weight.numpy(), before - model.weight.grad.numpy(), rtol=1e-6)
+    with pytest.raises(GradError, match="leaf"):
+        copy.deepcopy(model(x))  # made by an op while recording: the graph's kernels do not copy
