@@ -115,14 +115,17 @@ class _InvertedResidual(nn.Module):
         return self.project(nn.functional.relu6(self.depthwise(h))) + x
 
 
-def test_an_inverted_residual_blocks_depthwise_convolution_runs_in_int8_between_codes(tmp_path):
+@pytest.mark.parametrize("target", [VNNI, cpu("znver3")], ids=["vnni", "avx2"])
+def test_an_inverted_residual_blocks_depthwise_convolution_runs_in_int8_between_codes(tmp_path, target):
     nn.init.manual_seed(2)
     model, rng = nn.Sequential(nn.Conv(3, 8, 3), _InvertedResidual(8, 6)).eval(), np.random.default_rng(3)
     calibration = [rng.standard_normal((4, 3, 10, 10)).astype(np.float32) for _ in range(2)]
-    quantized = kiln.quantize(model, calibration, target=VNNI)
+    quantized = kiln.quantize(model, calibration, target=target)
     assert {r.name: r.kind for r in quantized.report} == {"0": "int8", "1.expand": "int8", "1.depthwise": "int8",
                                                           "1.project": "int8"}
-    assert all(r.error < 0.03 and not r.why for r in quantized.report)  # the depthwise weight keeps 8 bits
+    assert all(r.error < 0.03 for r in quantized.report)
+    # the depthwise weight keeps 8 bits on AVX2 too (its taps are not summed in pairs of bytes); the others take 7
+    assert [r.name for r in quantized.report if r.why] == ([] if target is VNNI else ["0", "1.expand", "1.project"])
     x = rng.standard_normal((3, 3, 10, 10)).astype(np.float32)
     eager, floats = quantized(kiln.Tensor(x)).numpy(), model(kiln.Tensor(x)).numpy()
     assert eager.ravel() @ floats.ravel() / np.linalg.norm(eager) / np.linalg.norm(floats) > 0.995
