@@ -133,16 +133,8 @@ class Conv2dInt8(Int8Product):
             code(b, y * sh + ry, z * sw + rx, rc, rr).astype("int32") * w[p, ry, rx, rc, j, rr].astype("int32"),
             axis=[ry, rx, rc, rr]), name="conv2d_int8_acc", tag="conv2d")
 
-        def value(b, p, j, y, z):
-            k = p * bn + j
-            whole = k_out % bn == 0 or not out_block  # an NCHW output has no lane past K
-            kk = k if whole else tirx.min(k, k_out - 1)
-            v = acc[b, y, z, p, j].astype("float32") * scale[kk] + offset[kk]
-            v = nanmath.relu(v) if relu else v
-            return v if whole else tirx.if_then_else(k < k_out, v, tirx.const(0.0, "float32"))
-        if out_block:
-            return te.compute(out, lambda b, p, y, z, j: value(b, p, j, y, z), name=self.name, tag="conv2d")
-        return te.compute(out, lambda b, k, y, z: value(b, k // bn, k % bn, y, z), name=self.name, tag="conv2d")
+        return write_back(out, lambda b, p, j, y, z: acc[b, y, z, p, j], scale, offset, k_out, bn, relu, out_block,
+                          self.name, "conv2d")
 
     def reference(self, x, w, scale, offset, in_scale, in_zero_point, stride, padding, relu, in_block, out_block,
                   weight_bits):
@@ -169,6 +161,25 @@ class Conv2dInt8(Int8Product):
         n, _, oh, ow, _, kh, kw = dims
         c = 4 * static(w[3]) if attrs["in_block"] else static(x[1])  # a blocked input's C: the weight's
         return 2.0 * n * static(scale[0]) * oh * ow * c * kh * kw
+
+
+def write_back(out: tuple, sums, scale, offset, channels: int, block: int, relu: bool, out_block: bool, name: str,
+               tag: str):
+    """An int8 product's output: ``sums(image, block, lane, y, x)`` (int32)
+    times ``scale[c]`` plus ``offset[c]`` for channel ``c = block * width + lane``,
+    ReLU optional, written in NCHW or (``out_block``) in blocks of ``block``
+    channels, the lanes past ``channels`` zero."""
+    whole = channels % block == 0 or not out_block  # an NCHW output has no lane past the channels
+
+    def value(b, p, j, y, z):
+        c = p * block + j
+        cc = c if whole else tirx.min(c, channels - 1)
+        v = sums(b, p, j, y, z).astype("float32") * scale[cc] + offset[cc]
+        v = nanmath.relu(v) if relu else v
+        return v if whole else tirx.if_then_else(c < channels, v, tirx.const(0.0, "float32"))
+    if out_block:
+        return te.compute(out, lambda b, p, y, z, j: value(b, p, j, y, z), name=name, tag=tag)
+    return te.compute(out, lambda b, c, y, z: value(b, c // block, c % block, y, z), name=name, tag=tag)
 
 
 def _fits(c: int, c4: int, in_block: int) -> bool:

@@ -30,11 +30,11 @@ from tvm import te, tirx
 
 from ..errors import AttrError, ShapeError
 from . import attrs as A
-from . import nanmath
 from .conv import PADDING, STRIDE, _conv_nchw, check_rank4, pad_spatial, window_out
 from .conv_packed import IN_BLOCK, WRITE_BLOCKS, _plain_input, weight_blocks
 from .layout import blocked_array, plain_array
 from .quantize import Int8Product, quantized, quantized_ref
+from .quantize_conv import write_back
 from .registry import register
 from .shapes import shape_str, static
 
@@ -117,17 +117,8 @@ class DepthwiseConv2dInt8(Int8Product):
         acc = te.compute((n, cb, out[2], out[3], oc), lambda b, blk, y, z, j: te.sum(
             xq[b, blk, y * sh + ry, z * sw + rx, j].astype("int32") * w[blk, 0, ry, rx, j].astype("int32"),
             axis=[ry, rx]), name="depthwise_conv2d_int8_acc", tag="depthwise")
-        whole = channels % oc == 0 or not out_block  # an NCHW output has no lane past C
-
-        def value(b, blk, j, y, z):
-            c = blk * oc + j
-            cc = c if whole else tirx.min(c, channels - 1)
-            v = acc[b, blk, y, z, j].astype("float32") * scale[cc] + offset[cc]
-            v = nanmath.relu(v) if relu else v
-            return v if whole else tirx.if_then_else(c < channels, v, tirx.const(0.0, "float32"))
-        if out_block:
-            return te.compute(out, lambda b, blk, y, z, j: value(b, blk, j, y, z), name=self.name, tag="depthwise")
-        return te.compute(out, lambda b, c, y, z: value(b, c // oc, c % oc, y, z), name=self.name, tag="depthwise")
+        return write_back(out, lambda b, blk, j, y, z: acc[b, blk, y, z, j], scale, offset, channels, oc, relu,
+                          out_block, self.name, "depthwise")
 
     def reference(self, x, w, scale, offset, channels, in_scale, in_zero_point, stride, padding, relu, in_block,
                   out_block):
