@@ -351,3 +351,19 @@ def test_a_softmax_writing_codes_rounds_its_vectors():
     sch.reverse_compute_inline(sch.get_sblock(codes.op.name))  # as graph.lower fuses an epilogue
     assembly = tvm.compile(sch.mod, target=kiln.cpu().tvm).mod.inspect_source("asm")
     assert re.search(r"\bv(roundps|rndscaleps)\b", assembly) and "gather" not in assembly
+
+
+@pytest.mark.parametrize("mcpu", ["znver3", "znver4", "sapphirerapids"])
+def test_dense_packed_sums_the_whole_reduction_in_registers_while_a_weight_panel_fits_its_l2_share(mcpu):
+    """A blocked K zeroes the output, adds each block to it and runs the epilogue as a pass of its own; a
+    weight's layer keeps the whole K while its panel (K x the panel's width) takes a quarter of L2 or less."""
+    from kiln.runtime.device import cpu
+    from kiln.schedules.cpu.matmul import FULL_K_MAX, PANEL_L2_SHARE
+    target = cpu(mcpu)
+    bn = 2 * target.lanes("float32")
+    for k in (2048, 3072, 8192):
+        kernel = kiln.build("dense_packed", [(128, k), (768 // bn, k, bn), (768,)], target=target)
+        whole = k <= FULL_K_MAX or k * bn * 4 <= PANEL_L2_SHARE * target.l2_bytes
+        assert (kernel.resolved_config()["tile_k"] == k) == whole, (mcpu, k)
+    # the plain dense (a weight read as laid out) keeps blocking past FULL_K_MAX
+    assert kiln.build("dense", [(128, 3072), (3072, 768), (768,)], target=target).resolved_config()["tile_k"] < 3072
