@@ -17,6 +17,8 @@ from __future__ import annotations
 
 import numpy as np
 
+from ..te.quantize_depthwise import depthwise_weight
+
 #: why a file's int8 products stay float on a CPU without AVX-512 VNNI
 NO_VNNI = ("the target has no AVX-512 VNNI: the file's 8-bit weights would saturate AVX2's vpmaddubsw (kiln.quantize "
            "gives it 7-bit ones), and int8 in int32 arithmetic runs about 5x slower than float")
@@ -29,12 +31,6 @@ SCALE_INPUTS = {"QuantizeLinear": (1, 2), "DequantizeLinear": (1, 2), "QLinearCo
                 "QLinearMatMul": (1, 2, 4, 5, 6, 7), "QGemm": (1, 2, 4, 5, 7, 8), "QLinearAdd": (1, 2, 4, 5, 6, 7),
                 "QLinearMul": (1, 2, 4, 5, 6, 7), "QLinearGlobalAveragePool": (1, 2, 3, 4),
                 "QLinearSoftmax": (1, 2, 3, 4), "QLinearSigmoid": (1, 2, 3, 4), "QLinearLeakyRelu": (1, 2, 3, 4)}
-
-
-def depthwise_weight(w_shape, group: int) -> bool:
-    """Whether a ``Conv`` of ``group`` groups by a weight of ``w_shape`` is one kiln
-    runs in int8: of one group, or depthwise (a group per channel, one output each)."""
-    return group == 1 or (len(w_shape) == 4 and w_shape[0] == group and w_shape[1] == 1)
 
 
 def scale_inputs(nodes) -> set:
@@ -143,8 +139,9 @@ def fuse_qdq(nodes, arrays: dict, outputs, dot: bool = True) -> tuple[list, dict
             continue
         axis = 0 if node.op_type == "Conv" or (node.op_type == "Gemm" and attrs.get("transB", 0)) else 1
         weight = act if isinstance(act, str) else _weight(graph, node.input[1], axis)
-        if node.op_type == "Conv" and not isinstance(weight, str) and not depthwise_weight(
-                graph.const(weight[0]).shape, attrs.get("group", 1)):
+        group = attrs.get("group", 1)
+        if node.op_type == "Conv" and not isinstance(weight, str) and group != 1 and not depthwise_weight(
+                graph.const(weight[0]).shape, group):
             weight = "a grouped convolution of more than one channel per group"
         bias = weight if isinstance(weight, str) else _bias(graph, node, 2) if node.op_type != "MatMul" else None
         reason = next((v for v in (act, weight, bias) if isinstance(v, str)), None)

@@ -8,8 +8,9 @@ is an int8 initializer with zero point 0 (one scale, or one per output
 channel; a ``QLinearConv`` 2-D, of one group or depthwise, dilation 1,
 padded alike on both sides, its bias an int32 initializer) runs as kiln's
 int8 kernels on the codes as they come: ``conv2d_int8`` or
-``depthwise_conv2d_int8`` (which take uint8 codes) or ``dense_int8``, then ``quantize`` to the output's scale and zero point (in
-the kernel's write-back once exported). A ``QLinearMatMul`` of two uint8
+``depthwise_conv2d_int8`` (which take uint8 codes) or ``dense_int8``, then
+``quantize`` to the output's scale and zero point (in the kernel's
+write-back once exported). A ``QLinearMatMul`` of two uint8
 activations with one scale each (attention's products) runs as
 ``matmul_int8``. ``fuse_qoperator`` decides, before
 the nodes become steps, and reports each op with the reason where it does
@@ -31,7 +32,8 @@ from ..te.quantize import pack_int8_weight
 from ..nn.quantized_ops import PANEL, offset
 from . import ops
 from .onnx_nn import _conv_geometry
-from .onnx_qdq import NO_VNNI, depthwise_weight
+from ..te.quantize_depthwise import depthwise_weight
+from .onnx_qdq import NO_VNNI
 from .onnx_quant import _fused, _scalar, activation_product, conv_int8
 from .onnx_table import converter
 from .values import is_kiln, kiln_dtype, known, materialize, shape_of
@@ -72,7 +74,8 @@ def int8_reason(node, arrays: dict, dot: bool) -> str | None:
     if node.op_type == "QLinearConv":
         pads, auto_pad = list(attrs.get("pads", [0] * 4)), attrs.get("auto_pad", "NOTSET")
         auto_pad = auto_pad.decode() if isinstance(auto_pad, bytes) else auto_pad  # a file's strings are bytes
-        if w.ndim != 4 or not depthwise_weight(w.shape, attrs.get("group", 1)) \
+        group = attrs.get("group", 1)
+        if w.ndim != 4 or (group != 1 and not depthwise_weight(w.shape, group)) \
                 or any(d != 1 for d in attrs.get("dilations", [])) \
                 or auto_pad != "NOTSET" or pads[:2] != pads[2:]:
             return "a grouped (other than depthwise), dilated, non-2-D or unevenly padded convolution"

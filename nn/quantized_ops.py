@@ -21,7 +21,7 @@ from ..errors import KilnError
 from ..te import call, get_op
 from ..te.quantize import pack_int8_weight
 from ..te.quantize_conv import pack_conv_int8_weight
-from ..te.quantize_depthwise import pack_depthwise_int8_weight
+from ..te.quantize_depthwise import depthwise_weight, pack_depthwise_int8_weight
 from ..te.registry import intercept
 from .module import Parameter
 from .tensor import Tensor
@@ -57,23 +57,17 @@ def find(op, inputs, attrs) -> Found | None:
         except KilnError:
             return None  # the op refuses them itself
         (x, w), b, transposed = inputs, None, False
+        groups = parsed["groups"]
         if parsed["layout"] != "NCHW" or tuple(parsed["dilation"]) != (1, 1) or not (
-                parsed["groups"] == 1 or depthwise(x.shape, w.shape, parsed["groups"])):
+                groups == 1 or (depthwise_weight(w.shape, groups) and x.shape[1:2] == (groups,))):
             return None
-        window = {"stride": tuple(parsed["stride"]), "padding": tuple(parsed["padding"]), "groups": parsed["groups"]}
+        window = {"stride": tuple(parsed["stride"]), "padding": tuple(parsed["padding"]), "groups": groups}
     else:
         return None
     rank = 2 if window is None else 4
     if len(x.shape) != rank or len(w.shape) != rank or str(x.dtype) != "float32" or str(w.dtype) != "float32":
         return None
     return Found(w, x, b, transposed, window)
-
-
-def depthwise(x_shape, w_shape, groups: int) -> bool:
-    """Whether a conv2d of NCHW ``x_shape`` by OIHW ``w_shape`` in ``groups``
-    is depthwise: a group per input channel, one output channel each."""
-    return len(x_shape) == 4 and len(w_shape) == 4 and groups > 1 and groups == x_shape[1] == w_shape[0] \
-        and w_shape[1] == 1
 
 
 def unsupported(op, inputs, attrs) -> str | None:

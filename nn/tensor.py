@@ -252,7 +252,7 @@ class Tensor(ValueOps):
         out = type(self).__new__(type(self))
         memo[id(self)] = out
         extra = {k: v for k, v in self.__dict__.items() if k not in _FIELDS}  # a subclass's own attributes
-        Tensor.__init__(out, self.numpy(), requires_grad=self.requires_grad)
+        Tensor.__init__(out, np.from_dlpack(self.wait()._array), requires_grad=self.requires_grad)  # copied once
         out.__dict__.update(copy.deepcopy(extra, memo))
         out.grad = copy.deepcopy(self.grad, memo)
         return out

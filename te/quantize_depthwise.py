@@ -49,6 +49,12 @@ def pack_depthwise_int8_weight(wq: np.ndarray, oc: int) -> np.ndarray:
     return np.ascontiguousarray(padded.reshape(blocks, oc, one, kh, kw).transpose(0, 2, 3, 4, 1))
 
 
+def depthwise_weight(w_shape, groups: int) -> bool:
+    """Whether an OIHW ``conv2d`` weight of ``w_shape`` in ``groups`` groups
+    is a depthwise one: a group per channel, one output each (what this op runs)."""
+    return groups > 1 and len(w_shape) == 4 and w_shape[0] == groups and w_shape[1] == 1
+
+
 @register
 class DepthwiseConv2dInt8(Int8Product):
     """``relu?(float(dwconv(quantize(x), w)) * scale[c] + offset[c])``: x float32
@@ -59,7 +65,6 @@ class DepthwiseConv2dInt8(Int8Product):
     name = "depthwise_conv2d_int8"
     channel_blocked = True
     quantized_input = True
-    relu_attr = True
     dtypes = ("float32", "uint8", "int8")
     operand_dtypes = (("float32", "uint8"), "int8", "float32", "float32")
     attrs = {"channels": A.Attr(A.positive_int, doc="C, the input and output channels"),

@@ -130,7 +130,7 @@ class MatmulInt8(Op):
         import numpy as np
         # integers whose sums stay below 2**53: exact in float64, BLAS's matmul (int64's is numpy's own loop)
         product = (a.astype(np.float64) - a_zero_point) @ (b.astype(np.float64) - b_zero_point)
-        return (product.astype(np.float64) * np.float32(scale)).astype(np.float32)
+        return (product * np.float32(scale)).astype(np.float32)
 
     def flops(self, shapes, **attrs):
         a, b = shapes

@@ -33,16 +33,10 @@ MAX_TILE_OW = 8
 @register_template("cpu", ops=("depthwise_conv2d_packed",))
 def schedule_depthwise_packed(sch, block, cfg: Config) -> NotApplicable | None:
     workload = cfg.workload
-    out = workload.out_shapes[0]
-    width = const_int(out[3])
-    oc = const_int(workload.shapes[1][4])
+    width, oc = const_int(workload.out_shapes[0][3]), const_int(workload.shapes[1][4])
     if width is None or oc is None:
         return NOT_APPLICABLE
-    lanes = cfg.target.lanes(workload.out_dtypes[0])
-    vectors = -(-oc // lanes)
-    fits = [t for t in divisors(width) if t <= MAX_TILE_OW and (t + 2) * vectors <= cfg.target.vector_registers]
-    tile = cfg.define_knob("tile_ow", divisors(width), default=max(fits or [1]))
-    par = cfg.define_knob("parallel", (0, 1), default=1)
+    tile, par = define_knobs(cfg, width, oc, workload.out_dtypes[0])
 
     pad = find_block(sch, "conv2d_pad")
     if pad is not None:
@@ -54,6 +48,15 @@ def schedule_depthwise_packed(sch, block, cfg: Config) -> NotApplicable | None:
         b, lane = sch.split(c, [None, oc])
     row_tiles(sch, block, (n, b, y, x, lane, rh, rw), tile, par)
     return None
+
+
+def define_knobs(cfg: Config, width: int, oc: int, dtype: str) -> tuple[int, int]:
+    """``tile_ow`` and ``parallel`` for output rows of ``width`` columns in
+    blocks of ``oc`` channels, accumulated in ``dtype`` vectors."""
+    vectors = -(-oc // cfg.target.lanes(dtype))
+    fits = [t for t in divisors(width) if t <= MAX_TILE_OW and (t + 2) * vectors <= cfg.target.vector_registers]
+    return (cfg.define_knob("tile_ow", divisors(width), default=max(fits or [1])),
+            cfg.define_knob("parallel", (0, 1), default=1))
 
 
 def row_tiles(sch, block, loops, tile: int, par: int) -> None:

@@ -22,8 +22,8 @@ from __future__ import annotations
 
 from ..config import Config
 from ..dispatch import NOT_APPLICABLE, NotApplicable, register_template
-from ..util import const_int, divisors, find_block
-from .depthwise import MAX_TILE_OW
+from ..util import const_int, find_block
+from .depthwise import define_knobs
 
 
 @register_template("cpu", ops=("depthwise_conv2d_int8",))
@@ -32,10 +32,7 @@ def schedule_depthwise_int8(sch, block, cfg: Config) -> NotApplicable | None:
     width, oc = const_int(workload.out_shapes[0][3]), const_int(workload.shapes[1][4])
     if width is None or oc is None:
         return NOT_APPLICABLE
-    vectors = -(-oc // cfg.target.lanes("int32"))
-    fits = [t for t in divisors(width) if t <= MAX_TILE_OW and (t + 2) * vectors <= cfg.target.vector_registers]
-    tile = cfg.define_knob("tile_ow", divisors(width), default=max(fits or [1]))
-    par = cfg.define_knob("parallel", (0, 1), default=1)
+    tile, par = define_knobs(cfg, width, oc, "int32")
 
     quant = find_block(sch, "depthwise_conv2d_int8_quantize")
     if quant is not None:
