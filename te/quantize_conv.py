@@ -49,22 +49,32 @@ def pack_conv_int8_weight(wq: np.ndarray, bn: int) -> np.ndarray:
     return np.ascontiguousarray(padded.reshape(panels, bn, c4, 4, kh, kw).transpose(0, 4, 5, 2, 1, 3))
 
 
+class Int8Conv(Int8Product):
+    """What the int8 convolutions share: a float32 input (or its uint8 codes,
+    ``quantized_input``) in NCHW or channel blocks, the input's quantization
+    and the window as attributes (``WINDOW_ATTRS``), the output in NCHW or blocks."""
+
+    channel_blocked = True
+    quantized_input = True
+    dtypes = ("float32", "uint8", "int8")
+    operand_dtypes = (("float32", "uint8"), "int8", "float32", "float32")
+
+
+WINDOW_ATTRS = {"in_scale": A.Attr(A.positive_float, doc="the input's quantization step"),
+                "in_zero_point": A.Attr(A.integer, default=0, doc="the uint8 that stands for 0.0 in the input"),
+                "stride": STRIDE, "padding": PADDING,
+                "relu": A.Attr(A.boolean, default=False, doc="apply relu after the epilogue"),
+                "in_block": IN_BLOCK, "out_block": WRITE_BLOCKS}
+
+
 @register
-class Conv2dInt8(Int8Product):
+class Conv2dInt8(Int8Conv):
     """``relu?(float(conv(quantize(x), w)) * scale[k] + offset[k])``: x float32
     NCHW (N, C, H, W) (or uint8: ``quantize(x)`` already), w int8 in ``pack_conv_int8_weight``'s blocks, ``scale``
     and ``offset`` (K,) float32 per output channel."""
 
     name = "conv2d_int8"
-    channel_blocked = True
-    quantized_input = True
-    dtypes = ("float32", "uint8", "int8")
-    operand_dtypes = (("float32", "uint8"), "int8", "float32", "float32")
-    attrs = {"in_scale": A.Attr(A.positive_float, doc="the input's quantization step"),
-             "in_zero_point": A.Attr(A.integer, default=0, doc="the uint8 that stands for 0.0 in the input"),
-             "stride": STRIDE, "padding": PADDING,
-             "relu": A.Attr(A.boolean, default=False, doc="apply relu after the epilogue"),
-             "in_block": IN_BLOCK, "out_block": WRITE_BLOCKS, "weight_bits": WEIGHT_BITS}
+    attrs = {**WINDOW_ATTRS, "weight_bits": WEIGHT_BITS}
 
     def infer_shape(self, x, w, scale, offset, in_scale, in_zero_point, stride, padding, relu, in_block,
                     out_block, weight_bits):

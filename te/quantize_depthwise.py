@@ -30,11 +30,11 @@ from tvm import te, tirx
 
 from ..errors import AttrError, ShapeError
 from . import attrs as A
-from .conv import PADDING, STRIDE, _conv_nchw, check_rank4, pad_spatial, window_out
-from .conv_packed import IN_BLOCK, WRITE_BLOCKS, _plain_input, weight_blocks
+from .conv import _conv_nchw, check_rank4, pad_spatial, window_out
+from .conv_packed import _plain_input, weight_blocks
 from .layout import blocked_array, plain_array
-from .quantize import Int8Product, quantized, quantized_ref
-from .quantize_conv import write_back
+from .quantize import quantized, quantized_ref
+from .quantize_conv import WINDOW_ATTRS, Int8Conv, write_back
 from .registry import register
 from .shapes import shape_str, static
 
@@ -56,23 +56,14 @@ def depthwise_weight(w_shape, groups: int) -> bool:
 
 
 @register
-class DepthwiseConv2dInt8(Int8Product):
+class DepthwiseConv2dInt8(Int8Conv):
     """``relu?(float(dwconv(quantize(x), w)) * scale[c] + offset[c])``: x float32
     (or uint8: ``quantize(x)`` already) NCHW (N, C, H, W) or in blocks, w int8
     in ``pack_depthwise_int8_weight``'s blocks, ``scale`` and ``offset`` (C,)
     float32 per channel."""
 
     name = "depthwise_conv2d_int8"
-    channel_blocked = True
-    quantized_input = True
-    dtypes = ("float32", "uint8", "int8")
-    operand_dtypes = (("float32", "uint8"), "int8", "float32", "float32")
-    attrs = {"channels": A.Attr(A.positive_int, doc="C, the input and output channels"),
-             "in_scale": A.Attr(A.positive_float, doc="the input's quantization step"),
-             "in_zero_point": A.Attr(A.integer, default=0, doc="the uint8 that stands for 0.0 in the input"),
-             "stride": STRIDE, "padding": PADDING,
-             "relu": A.Attr(A.boolean, default=False, doc="apply relu after the epilogue"),
-             "in_block": IN_BLOCK, "out_block": WRITE_BLOCKS}
+    attrs = {"channels": A.Attr(A.positive_int, doc="C, the input and output channels"), **WINDOW_ATTRS}
 
     def infer_shape(self, x, w, scale, offset, channels, in_scale, in_zero_point, stride, padding, relu, in_block,
                     out_block):
